@@ -1,0 +1,1 @@
+"""wagate: outbound WhatsApp gateway."""

@@ -1,0 +1,182 @@
+"""`wagate provision FILE.json`: create or update accounts, users, keys and channels, idempotently.
+
+A second run with the same file changes nothing and prints the same ids. A key given with an explicit
+`token` is printed every time (the caller has it anyway); a generated token is printed only when made.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import phonenumbers
+from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import delete, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from wagate.accounts.models import Account, ApiKey, Role, User
+from wagate.channels.models import Channel, ChannelMember
+from wagate.db import utcnow
+from wagate.security import SecretBox, hash_api_token, hash_password, new_api_token, verify_password
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class UserSpec(_Strict):
+    email: str = Field(min_length=3)
+    name: str
+    role: Literal["administrator", "agent"]
+    password: str = Field(min_length=1)
+
+
+class ApiKeySpec(_Strict):
+    user: str
+    name: str
+    token: str | None = Field(None, min_length=20)
+    revoked: bool = False
+
+
+class ChannelSpec(_Strict):
+    name: str
+    phone_number: str
+    phone_number_id: str
+    waba_id: str
+    access_token: str = Field(min_length=1)
+    members: list[str] = []
+    messages_per_second: int = Field(80, ge=1, le=1000)
+
+
+class WebhookSpec(_Strict):
+    url: str
+    events: list[str] = ["message_updated"]
+
+
+class AccountSpec(_Strict):
+    name: str = Field(min_length=1)
+    users: list[UserSpec] = []
+    api_keys: list[ApiKeySpec] = []
+    channels: list[ChannelSpec] = []
+    webhooks: list[WebhookSpec] = []
+
+
+class ProvisionFile(_Strict):
+    accounts: list[AccountSpec]
+
+
+def business_number(raw: str) -> str:
+    """The channel's own number in E.164; test numbers (+1 555...) are allowed, so only parse it."""
+    try:
+        parsed = phonenumbers.parse(raw if raw.startswith("+") else "+" + raw, None)
+    except phonenumbers.NumberParseException as exc:
+        raise ValueError(f"channel phone_number {raw!r} is not a phone number") from exc
+    return phonenumbers.format_number(parsed, phonenumbers.PhoneNumberFormat.E164)
+
+
+async def _user(session: AsyncSession, account: Account, spec: UserSpec) -> User:
+    user = await session.scalar(select(User).where(User.email == spec.email.lower()))
+    if user is None:
+        user = User(
+            account_id=account.id, email=spec.email.lower(), password_hash=hash_password(spec.password)
+        )
+        session.add(user)
+    elif user.account_id != account.id:
+        raise ValueError(f"user {spec.email} already belongs to another account")
+    elif not verify_password(spec.password, user.password_hash):
+        user.password_hash = hash_password(spec.password)
+    user.name = spec.name
+    user.role = Role(spec.role)
+    await session.flush()
+    return user
+
+
+async def _api_key(session: AsyncSession, account: Account, user: User, spec: ApiKeySpec) -> dict[str, Any]:
+    key = await session.scalar(select(ApiKey).where(ApiKey.user_id == user.id, ApiKey.name == spec.name))
+    token = spec.token
+    if key is None:
+        token = token or new_api_token()
+        key = ApiKey(account_id=account.id, user_id=user.id, name=spec.name)
+        session.add(key)
+    if token is not None:
+        key.token_hash = hash_api_token(token)
+        key.token_prefix = token[:12]
+    if spec.revoked and key.revoked_at is None:
+        key.revoked_at = utcnow()
+    elif not spec.revoked:
+        key.revoked_at = None
+    await session.flush()
+    return {"user": user.email, "name": key.name, "api_key_id": key.id, "token": token}
+
+
+async def _channel(
+    session: AsyncSession, account: Account, spec: ChannelSpec, users: dict[str, User], box: SecretBox
+) -> Channel:
+    channel = await session.scalar(select(Channel).where(Channel.phone_number_id == spec.phone_number_id))
+    if channel is None:
+        channel = Channel(account_id=account.id, phone_number_id=spec.phone_number_id)
+        session.add(channel)
+    elif channel.account_id != account.id:
+        raise ValueError(f"phone_number_id {spec.phone_number_id} already belongs to another account")
+    channel.name = spec.name
+    channel.phone_number = business_number(spec.phone_number)
+    channel.waba_id = spec.waba_id
+    channel.messages_per_second = spec.messages_per_second
+    if (
+        channel.access_token_encrypted is None
+        or box.decrypt(channel.access_token_encrypted) != spec.access_token
+    ):
+        channel.access_token_encrypted = box.encrypt(spec.access_token)
+    await session.flush()
+    wanted = set()
+    for email in spec.members:
+        member = users.get(email.lower()) or await session.scalar(
+            select(User).where(User.email == email.lower())
+        )
+        if member is None or member.account_id != account.id:
+            raise ValueError(f"channel {spec.name}: member {email} is not a user of account {account.name}")
+        wanted.add(member.id)
+    current = set(
+        await session.scalars(select(ChannelMember.user_id).where(ChannelMember.channel_id == channel.id))
+    )
+    for user_id in wanted - current:
+        session.add(ChannelMember(channel_id=channel.id, user_id=user_id))
+    if current - wanted:
+        await session.execute(
+            delete(ChannelMember).where(
+                ChannelMember.channel_id == channel.id, ChannelMember.user_id.in_(current - wanted)
+            )
+        )
+    await session.flush()
+    return channel
+
+
+async def provision(session: AsyncSession, spec: ProvisionFile, *, box: SecretBox) -> dict[str, Any]:
+    """Apply the file; returns the ids and tokens to print (templates are synced by the caller)."""
+    out: list[dict[str, Any]] = []
+    for account_spec in spec.accounts:
+        account = await session.scalar(select(Account).where(Account.name == account_spec.name))
+        if account is None:
+            account = Account(name=account_spec.name)
+            session.add(account)
+            await session.flush()
+        users = {u.email.lower(): await _user(session, account, u) for u in account_spec.users}
+        keys = []
+        for key_spec in account_spec.api_keys:
+            user = users.get(key_spec.user.lower()) or await session.scalar(
+                select(User).where(User.email == key_spec.user.lower(), User.account_id == account.id)
+            )
+            if user is None:
+                raise ValueError(
+                    f"api key {key_spec.name}: no user {key_spec.user} in account {account.name}"
+                )
+            keys.append(await _api_key(session, account, user, key_spec))
+        channels = [await _channel(session, account, c, users, box) for c in account_spec.channels]
+        out.append(
+            {
+                "account_id": account.id,
+                "name": account.name,
+                "channels": [{"channel_id": c.id, "name": c.name} for c in channels],
+                "api_keys": keys,
+            }
+        )
+    return {"accounts": out}

@@ -1,0 +1,121 @@
+"""The ASGI app: the `/v1` API, the Meta webhook receiver, and (unless disabled) the dispatcher."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from wagate.channels.endpoints import router as channels_router
+from wagate.config import Settings, get_settings
+from wagate.db import Database, sqlite_path
+from wagate.errors import InvalidRequest, MethodNotAllowed, NotFound, WagateError
+from wagate.idempotency.service import InFlightKeys
+from wagate.messages.endpoints import router as messages_router
+from wagate.outbox.dispatcher import Dispatcher
+from wagate.security import SecretBox
+from wagate.templates.endpoints import router as templates_router
+from wagate.whatsapp.client import CloudApiClient
+from wagate.whatsapp.webhook import router as whatsapp_webhook_router
+
+log = logging.getLogger(__name__)
+
+
+def secret_box_for(settings: Settings) -> SecretBox:
+    db_file = sqlite_path(settings.database_url)
+    key_dir = db_file.parent if db_file is not None else Path.cwd()
+    return SecretBox.from_settings(settings.secret_key, key_dir / "wagate.secret")
+
+
+def _validation_details(exc: RequestValidationError) -> tuple[str, list[dict[str, str]]]:
+    details = []
+    for error in exc.errors():
+        location = [
+            str(part) for part in error.get("loc", ()) if part not in ("body", "query", "path", "header")
+        ]
+        if error.get("type") == "json_invalid":
+            return "The request body is not valid JSON.", [{"field": "body", "issue": "not valid JSON"}]
+        message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+        details.append({"field": ".".join(location) or "body", "issue": message})
+    return "The request is not valid: " + "; ".join(f"{d['field']}: {d['issue']}" for d in details), details
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(WagateError)
+    async def _wagate_error(_: Request, exc: WagateError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        message, details = _validation_details(exc)
+        error = InvalidRequest(message, details=details)
+        return JSONResponse(error.body(), status_code=error.status_code)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        error: WagateError
+        if exc.status_code == 404:
+            error = NotFound()
+        elif exc.status_code == 405:
+            error = MethodNotAllowed()
+        else:
+            error = WagateError(str(exc.detail))
+            error.status_code = exc.status_code
+            error.code = "http_error"
+        return JSONResponse(
+            error.body(), status_code=error.status_code, headers=getattr(exc, "headers", None)
+        )
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error")
+        return JSONResponse(WagateError().body(), status_code=500)
+
+
+def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True) -> FastAPI:
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        db = Database(settings.database_url)
+        client = CloudApiClient(settings.graph_api_url, timeout=settings.upstream_timeout_seconds)
+        secret_box = secret_box_for(settings)
+        dispatcher = Dispatcher(db=db, settings=settings, client=client, secret_box=secret_box)
+        app.state.db = db
+        app.state.settings = settings
+        app.state.secret_box = secret_box
+        app.state.client = client
+        app.state.dispatcher = dispatcher
+        app.state.idempotency_in_flight = InFlightKeys()
+        if run_dispatcher:
+            dispatcher.start()
+        try:
+            yield
+        finally:
+            await dispatcher.stop()
+            await client.close()
+            await db.dispose()
+
+    app = FastAPI(
+        title="wagate",
+        version="1",
+        summary="Outbound WhatsApp gateway: send templates, OTPs and text through the WhatsApp Cloud API.",
+        lifespan=lifespan,
+    )
+    install_error_handlers(app)
+    for router in (channels_router, templates_router, messages_router):
+        app.include_router(router, prefix="/v1")
+    app.include_router(whatsapp_webhook_router)
+
+    @app.get("/healthz", include_in_schema=False)
+    async def healthz() -> dict[str, Any]:
+        return {"status": "ok"}
+
+    return app

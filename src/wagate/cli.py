@@ -1,0 +1,135 @@
+"""The `wagate` command: serve, worker, migrate, provision, templates sync, simulator."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import uvicorn
+
+from wagate.config import Settings, get_settings
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="wagate: outbound WhatsApp gateway.")
+templates_app = typer.Typer(no_args_is_help=True, help="Message templates.")
+app.add_typer(templates_app, name="templates")
+
+
+def _logging(settings: Settings) -> None:
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+@app.command()
+def migrate() -> None:
+    """Bring the database schema up to date."""
+    from wagate.migrate import migrate as run_migrations
+
+    run_migrations(get_settings().database_url)
+    typer.echo("database is up to date", err=True)
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    sandbox: Annotated[
+        bool, typer.Option(help="Run the built-in Cloud API simulator with a demo account.")
+    ] = False,
+    dispatcher: Annotated[bool, typer.Option(help="Run the outbox dispatcher in this process.")] = True,
+) -> None:
+    """Run the API, the dashboard and the dispatcher."""
+    settings = get_settings()
+    _logging(settings)
+    if sandbox:
+        from wagate.sandbox import run_sandbox
+
+        asyncio.run(run_sandbox(settings, host=host, port=port))
+        return
+    if settings.is_sqlite:
+        from wagate.migrate import migrate as run_migrations
+
+        run_migrations(settings.database_url)
+    from wagate.app import create_app
+
+    uvicorn.run(
+        create_app(settings, run_dispatcher=dispatcher), host=host, port=port, log_level=settings.log_level
+    )
+
+
+@app.command()
+def worker() -> None:
+    """Run the dispatcher alone (deployments with several processes on PostgreSQL)."""
+    settings = get_settings()
+    _logging(settings)
+    from wagate.worker import run_worker
+
+    asyncio.run(run_worker(settings))
+
+
+@app.command("provision")
+def provision_command(
+    file: Annotated[Path, typer.Argument(exists=True, dir_okay=False, readable=True)],
+) -> None:
+    """Create or update accounts, users, API keys and channels from FILE.json; prints JSON."""
+    from pydantic import ValidationError
+
+    from wagate.accounts.provisioning import ProvisionFile
+    from wagate.operations import run_provision
+
+    settings = get_settings()
+    _logging(settings)
+    try:
+        spec = ProvisionFile.model_validate_json(file.read_bytes())
+    except ValidationError as exc:
+        typer.echo(f"{file}: not a valid provisioning file:\n{exc}", err=True)
+        raise typer.Exit(2) from exc
+    try:
+        result = asyncio.run(run_provision(settings, spec))
+    except ValueError as exc:
+        typer.echo(f"{file}: {exc}", err=True)
+        raise typer.Exit(2) from exc
+    typer.echo(json.dumps(result, indent=2))
+
+
+@templates_app.command("sync")
+def templates_sync(
+    channel_id: Annotated[int | None, typer.Option(help="Only this channel.")] = None,
+) -> None:
+    """Fetch templates from the Cloud API now; prints how many each channel has."""
+    from wagate.operations import run_template_sync
+
+    settings = get_settings()
+    _logging(settings)
+    result: dict[str, Any] = asyncio.run(run_template_sync(settings, channel_id=channel_id))
+    typer.echo(json.dumps(result, indent=2))
+    if any("error" in c for c in result["channels"]):
+        raise typer.Exit(1)
+
+
+@app.command()
+def simulator(
+    host: Annotated[str, typer.Option()] = "127.0.0.1",
+    port: Annotated[int, typer.Option()] = 8100,
+    webhook_url: Annotated[str | None, typer.Option(help="The gateway's /webhooks/whatsapp URL.")] = None,
+    app_secret: Annotated[
+        str, typer.Option(help="Signs the webhooks (the gateway's WAGATE_META_APP_SECRET).")
+    ] = "",
+) -> None:
+    """Run the Cloud API simulator alone (base URL http://HOST:PORT/v23.0)."""
+    from wagate.simulator.app import run_simulator
+
+    run_simulator(
+        host=host, port=port, webhook_url=webhook_url, app_secret=app_secret or get_settings().meta_app_secret
+    )
+
+
+def main() -> None:
+    app()

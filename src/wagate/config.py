@@ -1,0 +1,56 @@
+"""The one settings class: every knob comes from the environment with the `WAGATE_` prefix."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from functools import lru_cache
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_PRICES = {"AUTHENTICATION": "0.036", "UTILITY": "0.036", "MARKETING": "0.165"}
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="WAGATE_", extra="ignore")
+
+    database_url: str = "sqlite+aiosqlite:///./wagate.db"
+    graph_api_url: str = "https://graph.facebook.com/v23.0"
+    meta_app_secret: str = ""
+    meta_verify_token: str = ""
+    allow_private_urls: bool = False
+    # Key for encrypting channel access tokens at rest (a Fernet key). Empty: a key file beside the
+    # database is created on first use, so the embedded default needs no set-up.
+    secret_key: str = ""
+    # Price per template category, in `currency`; session (free-text) messages are free.
+    prices: dict[str, Decimal] = Field(
+        default_factory=lambda: {k: Decimal(v) for k, v in DEFAULT_PRICES.items()}
+    )
+    currency: str = "AZN"
+    # How long a send whose outcome is unknown (the process died mid-call) waits for Meta's status
+    # webhook before it is sent again; Meta reports `sent` within seconds of accepting a message.
+    unconfirmed_send_grace_seconds: float = 60.0
+    template_sync_interval_seconds: float = 3600.0
+    idempotency_ttl_seconds: int = 24 * 3600
+    # Timeout for one call to the Cloud API.
+    upstream_timeout_seconds: float = 15.0
+    log_level: str = "info"
+
+    @field_validator("database_url")
+    @classmethod
+    def _normalise_sqlite_url(cls, value: str) -> str:
+        # API.md accepts `sqlite:///path` as the same as `sqlite+aiosqlite:///path`.
+        if value.startswith("sqlite:"):
+            return "sqlite+aiosqlite:" + value.removeprefix("sqlite:")
+        if value.startswith(("postgresql://", "postgres://")):
+            return "postgresql+psycopg://" + value.split("://", 1)[1]
+        return value
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()

@@ -1,0 +1,138 @@
+"""One exception base for everything the API reports; one handler renders API.md's error body."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class WagateError(Exception):
+    status_code = 500
+    code = "internal_error"
+    message = "Something went wrong on our side."
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        details: list[dict[str, Any]] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.message = message or self.message
+        self.details = details
+        self.headers = headers
+        super().__init__(self.message)
+
+    def body(self) -> dict[str, Any]:
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.details:
+            error["details"] = self.details
+        return {"error": error}
+
+
+class Unauthorized(WagateError):
+    status_code = 401
+    code = "unauthorized"
+    message = "A valid API key is required: send it as 'Authorization: Bearer <key>'."
+
+
+class Forbidden(WagateError):
+    status_code = 403
+    code = "forbidden"
+    message = "This API key may not use this resource."
+
+
+class AdministratorRequired(WagateError):
+    status_code = 403
+    code = "administrator_required"
+    message = "Only an administrator may do this."
+
+
+class NotFound(WagateError):
+    status_code = 404
+    code = "not_found"
+    message = "Nothing exists at this address."
+
+
+class ChannelNotFound(NotFound):
+    code = "channel_not_found"
+    message = "No channel with this id exists in the account."
+
+
+class MessageNotFound(NotFound):
+    code = "message_not_found"
+    message = "No message with this id exists in the account."
+
+
+class MethodNotAllowed(WagateError):
+    status_code = 405
+    code = "method_not_allowed"
+    message = "This method is not allowed here."
+
+
+class Conflict(WagateError):
+    status_code = 409
+    code = "conflict"
+
+
+class IdempotencyKeyInUse(Conflict):
+    code = "idempotency_key_in_use"
+    message = "A request with this Idempotency-Key is still being processed; retry shortly."
+
+
+class Unprocessable(WagateError):
+    status_code = 422
+    code = "invalid_request"
+    message = "The request is not valid."
+
+
+class InvalidRequest(Unprocessable):
+    pass
+
+
+class InvalidPhoneNumber(Unprocessable):
+    code = "invalid_phone_number"
+    message = "The phone number is not a valid number."
+
+
+class WindowClosed(Unprocessable):
+    code = "window_closed"
+    message = (
+        "The 24-hour window is closed for this number: send a template, or text with a fallback_template."
+    )
+
+
+class TemplateNotFound(Unprocessable):
+    code = "template_not_found"
+    message = "No template with this name and language exists for the channel."
+
+
+class TemplateNotApproved(Unprocessable):
+    code = "template_not_approved"
+    message = "The template is not approved by WhatsApp yet."
+
+
+class TemplateParametersMismatch(Unprocessable):
+    code = "template_parameters_mismatch"
+    message = "The parameters do not match the template's variables."
+
+
+class IdempotencyKeyReused(Unprocessable):
+    code = "idempotency_key_reused"
+    message = "This Idempotency-Key was used with a different request body."
+
+
+class InvalidUrl(Unprocessable):
+    code = "invalid_url"
+    message = "The URL is not allowed."
+
+
+class RateLimited(WagateError):
+    status_code = 429
+    code = "rate_limited"
+    message = "Too many requests; retry after the time in Retry-After."
+
+
+class NotReady(WagateError):
+    status_code = 503
+    code = "not_ready"
+    message = "The service is starting or shutting down; retry shortly."

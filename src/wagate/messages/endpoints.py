@@ -1,0 +1,117 @@
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi.responses import JSONResponse
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from wagate.accounts.auth import Principal, account_member
+from wagate.channels.service import channel_for_member
+from wagate.conversations.service import find_conversation, window_of
+from wagate.db import isoformat
+from wagate.idempotency import service as idempotency
+from wagate.messages import service
+from wagate.messages.schemas import SendMessageRequest, SendMessageResponse
+from wagate.phones import normalize_phone_number
+
+router = APIRouter()
+ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"description": "Missing, unknown or revoked API key"},
+    403: {"description": "Another account, or not a member of the channel's inbox"},
+    404: {"description": "Unknown channel or message"},
+    422: {"description": "Invalid request; `error.code` says which rule"},
+}
+
+
+@router.get("/accounts/{account_id}/whatsapp/messages/window", responses=ERRORS)
+async def check_window(
+    request: Request,
+    channel_id: int = Query(...),
+    phone_number: str = Query(...),
+    principal: Principal = Depends(account_member),
+) -> dict[str, Any]:
+    number = normalize_phone_number(phone_number)
+    async with request.app.state.db.read() as session:
+        channel = await channel_for_member(session, principal=principal, channel_id=channel_id)
+        conversation = await find_conversation(
+            session, account_id=principal.account_id, channel_id=channel.id, phone_number=number
+        )
+    window = window_of(conversation.last_customer_message_at if conversation else None)
+    return {
+        "channel_id": channel.id,
+        "phone_number": number,
+        "open": window.open,
+        "last_customer_message_at": isoformat(window.last_customer_message_at),
+        "expires_at": isoformat(window.expires_at),
+        "seconds_remaining": window.seconds_remaining,
+    }
+
+
+@router.post(
+    "/accounts/{account_id}/whatsapp/messages",
+    status_code=201,
+    response_model=SendMessageResponse,
+    responses={**ERRORS, 409: {"description": "Idempotency-Key in use"}},
+)
+async def send_message(
+    body: SendMessageRequest,
+    request: Request,
+    principal: Principal = Depends(account_member),
+    idempotency_key: str | None = Header(None),
+) -> JSONResponse:
+    state = request.app.state
+    if idempotency_key is None:
+        return await _accept(state, principal, body, None)
+    idem = idempotency.IdempotentRequest(
+        api_key_id=principal.api_key_id,
+        key=idempotency.validate_key(idempotency_key),
+        request_hash=idempotency.request_hash(request.url.path, body.model_dump(mode="json")),
+    )
+    async with state.idempotency_in_flight.hold(idem):
+        async with state.db.read() as session:
+            stored = await idempotency.find_response(session, idem)
+        if stored is not None:
+            return JSONResponse(stored.body, status_code=stored.status_code)
+        try:
+            return await _accept(state, principal, body, idem)
+        except IntegrityError:
+            # Another process stored the same key first; its response is the answer.
+            async with state.db.read() as session:
+                stored = await idempotency.find_response(session, idem)
+            if stored is None:
+                raise
+            return JSONResponse(stored.body, status_code=stored.status_code)
+
+
+async def _accept(
+    state: Any, principal: Principal, body: SendMessageRequest, idem: idempotency.IdempotentRequest | None
+) -> JSONResponse:
+    async with state.db.read() as session:
+        prepared = await service.prepare_send(
+            session, principal=principal, request=body, settings=state.settings, secret_box=state.secret_box
+        )
+    response = {"id": prepared.message_id, "sent_as": prepared.sent_as.value, "status": "sent"}
+
+    async def unit(session: AsyncSession) -> None:
+        await service.store_send(session, prepared)
+        if idem is not None:
+            await idempotency.remember_response(
+                session,
+                idem,
+                idempotency.StoredResponse(201, response),
+                ttl_seconds=state.settings.idempotency_ttl_seconds,
+            )
+
+    await state.db.write(unit)
+    state.dispatcher.wake(prepared.channel_id)
+    return JSONResponse(response, status_code=201)
+
+
+@router.get("/accounts/{account_id}/whatsapp/messages/{message_id}", responses=ERRORS)
+async def get_message(
+    message_id: str, request: Request, principal: Principal = Depends(account_member)
+) -> dict[str, Any]:
+    async with request.app.state.db.read() as session:
+        return await service.read_message(session, principal=principal, message_id=message_id)

@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, Enum, ForeignKey, Integer, String, Text
+from sqlalchemy.orm import Mapped, mapped_column
+
+from wagate.db import Base, UTCDateTime, utcnow
+
+
+class MessageStatus(enum.StrEnum):
+    sent = "sent"
+    delivered = "delivered"
+    read = "read"
+    failed = "failed"
+
+
+class SentAs(enum.StrEnum):
+    session = "session"
+    template = "template"
+
+
+class Direction(enum.StrEnum):
+    outbound = "outbound"
+    inbound = "inbound"
+
+
+class Message(Base):
+    __tablename__ = "messages"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
+    channel_id: Mapped[int] = mapped_column(ForeignKey("channels.id", ondelete="CASCADE"))
+    conversation_id: Mapped[int] = mapped_column(
+        ForeignKey("conversations.id", ondelete="CASCADE"), index=True
+    )
+    direction: Mapped[Direction] = mapped_column(Enum(Direction, native_enum=False, length=10))
+    phone_number: Mapped[str] = mapped_column(String(32))
+    status: Mapped[MessageStatus] = mapped_column(Enum(MessageStatus, native_enum=False, length=20))
+    sent_as: Mapped[SentAs | None] = mapped_column(Enum(SentAs, native_enum=False, length=20), nullable=True)
+    text: Mapped[str | None] = mapped_column(Text, nullable=True)
+    template_name: Mapped[str | None] = mapped_column(String(512), nullable=True)
+    template_language: Mapped[str | None] = mapped_column(String(20), nullable=True)
+    template_category: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    template_parameters: Mapped[Any] = mapped_column(JSON, nullable=True)
+    external_error: Mapped[str | None] = mapped_column(String(1000), nullable=True)
+    upstream_message_id: Mapped[str | None] = mapped_column(String(128), nullable=True, unique=True)
+    # Price in millionths of `cost_currency`, fixed at acceptance; a failed message is reported as 0.
+    cost_micros: Mapped[int] = mapped_column(Integer, default=0)
+    cost_currency: Mapped[str] = mapped_column(String(3))
+    batch_id: Mapped[str | None] = mapped_column(String(40), nullable=True, index=True)
+    # The request's status_callback, its secret encrypted (see events).
+    status_callback: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # [{"status": "sent", "at": "...Z"}, ...]: each status once, in forward order.
+    status_history: Mapped[list[dict[str, str]]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class ParkedStatus(Base):
+    """A Meta status for a wamid we do not know yet: applied when the send result brings that wamid."""
+
+    __tablename__ = "parked_statuses"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    upstream_message_id: Mapped[str] = mapped_column(String(128), index=True)
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+    received_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -1,0 +1,106 @@
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator, model_validator
+
+from wagate.db import isoformat
+from wagate.messages.models import Message
+
+ParameterValue = str | int | float
+
+
+class TemplateRef(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=512)
+    language: str = Field(min_length=1, max_length=20)
+    parameters: list[Any] | dict[str, Any] | None = Field(
+        None, description="Values in the order of the template's `variables`, or an object keyed by them."
+    )
+
+
+class StatusCallback(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(min_length=1, max_length=2000)
+    after_seconds: StrictInt | None = Field(None, ge=1, le=86400)
+    on_change: StrictBool | None = None
+    secret: str | None = Field(None, min_length=1, max_length=500)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an http or https URL")
+        return value
+
+
+class SendMessageRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    channel_id: StrictInt
+    phone_number: str | StrictInt = Field(
+        description="E.164 (+994501234567) or digits with the country code."
+    )
+    template: TemplateRef | None = None
+    text: str | None = Field(None, min_length=1, max_length=4096)
+    fallback_template: TemplateRef | None = None
+    conversation_status: Literal["open", "pending"] | None = None
+    status_callback: StatusCallback | None = None
+
+    @model_validator(mode="after")
+    def _template_or_text(self) -> SendMessageRequest:
+        if (self.template is None) == (self.text is None):
+            raise ValueError("give exactly one of 'template' and 'text'")
+        if self.fallback_template is not None and self.text is None:
+            raise ValueError("'fallback_template' goes only with 'text'")
+        return self
+
+
+class SendMessageResponse(BaseModel):
+    id: str
+    sent_as: Literal["session", "template"]
+    status: str
+
+
+def format_amount(micros: int) -> str:
+    return format((Decimal(micros) / Decimal(1_000_000)).normalize(), "f")
+
+
+def message_view(message: Message, *, conversation_status: str) -> dict[str, Any]:
+    """The message object of API.md section 5 (also the payload of every event about it)."""
+    failed = message.status == "failed"
+    view: dict[str, Any] = {
+        "id": message.id,
+        "channel_id": message.channel_id,
+        "phone_number": message.phone_number,
+        "status": message.status.value,
+        "sent_as": message.sent_as.value if message.sent_as else None,
+        "template": None,
+        "text": message.text,
+        "conversation": {"id": message.conversation_id, "status": conversation_status},
+        "cost": {
+            "amount": format_amount(0 if failed else message.cost_micros),
+            "currency": message.cost_currency,
+            "category": message.template_category,
+        },
+        "batch_id": message.batch_id,
+        "upstream_message_id": message.upstream_message_id,
+        "status_history": message.status_history,
+        "created_at": isoformat(message.created_at),
+        "updated_at": isoformat(message.updated_at),
+    }
+    if failed:
+        view["external_error"] = message.external_error
+    if message.template_name is not None:
+        view["template"] = {
+            "name": message.template_name,
+            "language": message.template_language,
+            "category": message.template_category,
+            "parameters": message.template_parameters,
+        }
+    return view

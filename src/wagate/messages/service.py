@@ -1,0 +1,222 @@
+"""Accepting a send: every check first, then message + conversation + outbox row in one transaction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from wagate.accounts.auth import Principal
+from wagate.channels.service import channel_for_member
+from wagate.config import Settings
+from wagate.conversations.models import Conversation, ConversationStatus
+from wagate.conversations.service import (
+    find_conversation,
+    get_or_create_conversation,
+    status_after_send,
+    window_of,
+)
+from wagate.db import isoformat, utcnow
+from wagate.errors import MessageNotFound, TemplateParametersMismatch, WindowClosed
+from wagate.ids import new_id
+from wagate.messages.models import Direction, Message, MessageStatus, SentAs
+from wagate.messages.schemas import SendMessageRequest, TemplateRef, message_view
+from wagate.outbox.models import JobKind, OutboxJob, Priority
+from wagate.phones import normalize_phone_number, whatsapp_digits
+from wagate.security import SecretBox
+from wagate.templates.models import Template
+from wagate.templates.service import approved_template
+from wagate.templates.variables import bind_parameters, send_components
+from wagate.whatsapp.payloads import template_message, text_message
+
+
+@dataclass(frozen=True)
+class BoundTemplate:
+    template: Template
+    values: dict[str, str]
+    parameters: Any  # as the caller gave them, for the message record
+
+
+@dataclass(frozen=True)
+class PreparedSend:
+    """A checked send, ready to be stored: everything the write transaction needs, nothing to look up."""
+
+    message_id: str
+    account_id: int
+    channel_id: int
+    phone_number: str
+    sent_as: SentAs
+    text: str | None
+    template: BoundTemplate | None
+    upstream_body: dict[str, Any]
+    conversation_status: ConversationStatus | None
+    status_callback: dict[str, Any] | None
+    cost_micros: int
+    currency: str
+    priority: Priority = Priority.single
+    batch_id: str | None = None
+
+
+async def _bind_template(
+    session: AsyncSession, *, channel_id: int, ref: TemplateRef, field: str
+) -> BoundTemplate:
+    template = await approved_template(session, channel_id=channel_id, name=ref.name, language=ref.language)
+    values = bind_parameters(template.variables, ref.parameters)
+    if isinstance(values, str):
+        raise TemplateParametersMismatch(
+            f"Template '{ref.name}' takes {len(template.variables)} parameters: {values}.",
+            details=[{"field": f"{field}.parameters", "issue": values}],
+        )
+    return BoundTemplate(template, values, ref.parameters)
+
+
+def _price_micros(settings: Settings, category: str | None) -> int:
+    if category is None:
+        return 0
+    return int(settings.prices.get(category, Decimal(0)) * 1_000_000)
+
+
+def _encrypt_callback(callback: dict[str, Any] | None, box: SecretBox) -> dict[str, Any] | None:
+    if callback is None:
+        return None
+    stored = {k: v for k, v in callback.items() if v is not None and k != "secret"}
+    if callback.get("secret"):
+        stored["secret_encrypted"] = box.encrypt(callback["secret"])
+    if "on_change" not in stored and "after_seconds" not in stored:
+        stored["on_change"] = True
+    return stored
+
+
+async def prepare_send(
+    session: AsyncSession,
+    *,
+    principal: Principal,
+    request: SendMessageRequest,
+    settings: Settings,
+    secret_box: SecretBox,
+) -> PreparedSend:
+    """Run every check of API.md section 4 (404, 403, then each 422) without writing anything."""
+    channel = await channel_for_member(session, principal=principal, channel_id=request.channel_id)
+    phone_number = normalize_phone_number(str(request.phone_number))
+    fallback = None
+    if request.fallback_template is not None:
+        # Checked even while the window is open: a broken fallback shows now, not on the day it is needed.
+        fallback = await _bind_template(
+            session, channel_id=channel.id, ref=request.fallback_template, field="fallback_template"
+        )
+    bound: BoundTemplate | None = None
+    if request.template is not None:
+        bound = await _bind_template(session, channel_id=channel.id, ref=request.template, field="template")
+    else:
+        conversation = await find_conversation(
+            session, account_id=principal.account_id, channel_id=channel.id, phone_number=phone_number
+        )
+        if not window_of(conversation.last_customer_message_at if conversation else None).open:
+            if fallback is None:
+                raise WindowClosed(details=[{"field": "text", "issue": "the 24-hour window is closed"}])
+            bound = fallback
+
+    message_id = new_id("msg")
+    to = whatsapp_digits(phone_number)
+    if bound is None:
+        assert request.text is not None
+        upstream_body = text_message(to, request.text, message_id)
+    else:
+        template = bound.template
+        components = send_components(
+            variables=template.variables,
+            values=bound.values,
+            category=template.category,
+            parameter_format=template.parameter_format,
+        )
+        upstream_body = template_message(to, template.name, template.language, components, message_id)
+    callback = request.status_callback.model_dump() if request.status_callback else None
+    return PreparedSend(
+        message_id=message_id,
+        account_id=principal.account_id,
+        channel_id=channel.id,
+        phone_number=phone_number,
+        sent_as=SentAs.session if bound is None else SentAs.template,
+        text=request.text,
+        template=bound,
+        upstream_body=upstream_body,
+        conversation_status=ConversationStatus(request.conversation_status)
+        if request.conversation_status
+        else None,
+        status_callback=_encrypt_callback(callback, secret_box),
+        cost_micros=_price_micros(settings, bound.template.category if bound else None),
+        currency=settings.currency,
+    )
+
+
+async def store_send(session: AsyncSession, send: PreparedSend) -> Message:
+    """The unit of work behind a 201: the message, its conversation and its outbox row, together."""
+    now = utcnow()
+    conversation = await get_or_create_conversation(
+        session,
+        account_id=send.account_id,
+        channel_id=send.channel_id,
+        phone_number=send.phone_number,
+        initial_status=status_after_send(send.conversation_status),
+    )
+    conversation.status = status_after_send(send.conversation_status)
+    conversation.last_activity_at = now
+    template = send.template.template if send.template else None
+    message = Message(
+        id=send.message_id,
+        account_id=send.account_id,
+        channel_id=send.channel_id,
+        conversation_id=conversation.id,
+        direction=Direction.outbound,
+        phone_number=send.phone_number,
+        status=MessageStatus.sent,
+        sent_as=send.sent_as,
+        text=send.text,
+        template_name=template.name if template else None,
+        template_language=template.language if template else None,
+        template_category=template.category if template else None,
+        template_parameters=send.template.parameters if send.template else None,
+        cost_micros=send.cost_micros,
+        cost_currency=send.currency,
+        batch_id=send.batch_id,
+        status_callback=send.status_callback,
+        status_history=[{"status": MessageStatus.sent.value, "at": isoformat(now) or ""}],
+        created_at=now,
+        updated_at=now,
+    )
+    session.add(message)
+    session.add(
+        OutboxJob(
+            kind=JobKind.send_message,
+            priority=send.priority,
+            channel_id=send.channel_id,
+            message_id=send.message_id,
+            payload={"body": send.upstream_body},
+            run_at=now,
+            created_at=now,
+        )
+    )
+    await session.flush()
+    return message
+
+
+async def read_message(session: AsyncSession, *, principal: Principal, message_id: str) -> dict[str, Any]:
+    row = (
+        await session.execute(
+            select(Message, Conversation.status)
+            .join(Conversation, Conversation.id == Message.conversation_id)
+            .where(
+                Message.id == message_id,
+                Message.account_id == principal.account_id,
+                Message.direction == Direction.outbound,
+            )
+        )
+    ).one_or_none()
+    if row is None:
+        raise MessageNotFound()
+    message, conversation_status = row
+    await channel_for_member(session, principal=principal, channel_id=message.channel_id)
+    return message_view(message, conversation_status=ConversationStatus(conversation_status).value)

@@ -1,0 +1,42 @@
+"""The message status machine: sent < delivered < read, failed final, each status once in history."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from wagate.db import isoformat, utcnow
+from wagate.messages.models import Message, MessageStatus
+
+_RANK = {MessageStatus.sent: 1, MessageStatus.delivered: 2, MessageStatus.read: 3}
+
+
+@dataclass(frozen=True)
+class StatusChange:
+    message_id: str
+    previous: MessageStatus
+    current: MessageStatus
+
+
+def can_move(current: MessageStatus, new: MessageStatus) -> bool:
+    if current is MessageStatus.failed:
+        return False  # final: Meta may still send `delivered` for another device of the user
+    if new is MessageStatus.failed:
+        return current is not MessageStatus.read
+    return _RANK[new] > _RANK[current]
+
+
+def apply_status(
+    message: Message, new: MessageStatus, *, at: datetime | None = None, external_error: str | None = None
+) -> StatusChange | None:
+    """Move the message forward to `new`; None when the status is old news (duplicate or out of order)."""
+    if not can_move(message.status, new):
+        return None
+    previous = message.status
+    when = at or utcnow()
+    message.status = new
+    message.status_history = [*message.status_history, {"status": new.value, "at": isoformat(when) or ""}]
+    if new is MessageStatus.failed:
+        message.external_error = external_error
+    message.updated_at = utcnow()
+    return StatusChange(message.id, previous, new)

@@ -1,0 +1,33 @@
+"""`wagate migrate`: bring the database schema up to date with the package's Alembic migrations."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+
+from wagate.db import sqlite_path
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+def sync_url(url: str) -> str:
+    """Migrations run with a blocking driver: pysqlite for SQLite, psycopg (sync mode) for PostgreSQL."""
+    return url.replace("sqlite+aiosqlite:", "sqlite:", 1)
+
+
+def alembic_config(url: str) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.set_main_option("sqlalchemy.url", sync_url(url).replace("%", "%%"))
+    return config
+
+
+def migrate(url: str) -> None:
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    path = sqlite_path(url)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    command.upgrade(alembic_config(url), "head")

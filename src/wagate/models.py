@@ -1,0 +1,35 @@
+"""Imports every model so that `Base.metadata` is complete (Alembic and tests use this)."""
+
+from wagate.accounts.models import Account, ApiKey, Role, User
+from wagate.channels.models import Channel, ChannelMember
+from wagate.conversations.models import Contact, Conversation, ConversationStatus
+from wagate.db import Base
+from wagate.idempotency.models import IdempotencyKey
+from wagate.messages.models import Direction, Message, MessageStatus, ParkedStatus, SentAs
+from wagate.outbox.models import ChannelLease, JobKind, JobState, OutboxJob, Priority
+from wagate.templates.models import Template
+
+__all__ = [
+    "Account",
+    "ApiKey",
+    "Base",
+    "Channel",
+    "ChannelLease",
+    "ChannelMember",
+    "Contact",
+    "Conversation",
+    "ConversationStatus",
+    "Direction",
+    "IdempotencyKey",
+    "JobKind",
+    "JobState",
+    "Message",
+    "MessageStatus",
+    "OutboxJob",
+    "ParkedStatus",
+    "Priority",
+    "Role",
+    "SentAs",
+    "Template",
+    "User",
+]

@@ -1,0 +1,202 @@
+"""Background jobs: Meta webhook processing, template sync, purges. Each handler is a plain function."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from wagate.channels.models import Channel
+from wagate.db import Database, dialect_name, utcnow
+from wagate.idempotency.service import purge_expired as purge_idempotency_keys
+from wagate.messages.webhooks import process_webhook_bodies
+from wagate.outbox.models import JobKind, JobState, OutboxJob, Priority
+from wagate.outbox.retry import BACKGROUND
+from wagate.security import SecretBox
+from wagate.templates.service import replace_templates
+from wagate.whatsapp.client import CloudApiClient
+
+log = logging.getLogger(__name__)
+
+# Webhook bodies are applied many at a time: one query per batch, not per status.
+WEBHOOK_BATCH = 500
+PURGE_INTERVAL = timedelta(hours=1)
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    id: int
+    kind: JobKind
+    payload: dict[str, Any]
+    attempts: int
+
+
+async def claim_jobs(
+    session: AsyncSession, *, kind: JobKind, limit: int, worker_id: str, lease_seconds: float = 300.0
+) -> list[ClaimedJob]:
+    now = utcnow()
+    due = (
+        select(OutboxJob.id)
+        .where(
+            OutboxJob.kind == kind,
+            OutboxJob.state == JobState.ready,
+            OutboxJob.run_at <= now,
+            (OutboxJob.locked_until.is_(None)) | (OutboxJob.locked_until < now),
+        )
+        .order_by(OutboxJob.id)
+        .limit(limit)
+    )
+    if dialect_name(session) == "postgresql":
+        due = due.with_for_update(skip_locked=True)
+    rows = (
+        await session.execute(
+            update(OutboxJob)
+            .where(OutboxJob.id.in_(due))
+            .values(
+                attempts=OutboxJob.attempts + 1,
+                locked_by=worker_id,
+                locked_until=now + timedelta(seconds=lease_seconds),
+            )
+            .returning(OutboxJob.id, OutboxJob.kind, OutboxJob.payload, OutboxJob.attempts)
+        )
+    ).all()
+    return sorted((ClaimedJob(r[0], JobKind(r[1]), r[2], r[3]) for r in rows), key=lambda j: j.id)
+
+
+async def finish_jobs(session: AsyncSession, job_ids: list[int]) -> None:
+    if job_ids:
+        await session.execute(delete(OutboxJob).where(OutboxJob.id.in_(job_ids)))
+
+
+async def fail_jobs(session: AsyncSession, jobs: list[ClaimedJob], error: str) -> None:
+    """Try again later with backoff; never drop a job (a stored webhook body is data we owe)."""
+    now = utcnow()
+    for job in jobs:
+        await session.execute(
+            update(OutboxJob)
+            .where(OutboxJob.id == job.id)
+            .values(
+                run_at=now + timedelta(seconds=BACKGROUND.delay(job.attempts)),
+                locked_by=None,
+                locked_until=None,
+                last_error=error[:1000],
+            )
+        )
+
+
+async def run_webhook_batch(db: Database, *, worker_id: str) -> int:
+    """Claim and apply stored Meta webhooks; returns how many bodies were applied."""
+
+    async def claim(session: AsyncSession) -> list[ClaimedJob]:
+        return await claim_jobs(session, kind=JobKind.meta_webhook, limit=WEBHOOK_BATCH, worker_id=worker_id)
+
+    jobs = await db.write(claim)
+    if not jobs:
+        return 0
+
+    async def apply(session: AsyncSession) -> None:
+        await process_webhook_bodies(session, [job.payload for job in jobs])
+        await finish_jobs(session, [job.id for job in jobs])
+
+    try:
+        await db.write(apply)
+    except Exception as exc:
+        log.exception("applying %d Meta webhooks failed; they will be retried", len(jobs))
+        error = repr(exc)
+
+        async def retry(session: AsyncSession) -> None:
+            await fail_jobs(session, jobs, error)
+
+        await db.write(retry)
+    return len(jobs)
+
+
+async def sync_channel_templates(
+    db: Database, *, channel_id: int, client: CloudApiClient, secret_box: SecretBox
+) -> int:
+    """Fetch the channel's templates from its WhatsApp Business Account and store them."""
+    async with db.read() as session:
+        channel = await session.get(Channel, channel_id)
+    if channel is None:
+        return 0
+    records = await client.list_templates(channel.waba_id, secret_box.decrypt(channel.access_token_encrypted))
+
+    async def store(session: AsyncSession) -> int:
+        fresh = await session.get(Channel, channel_id)
+        if fresh is None:
+            return 0
+        return await replace_templates(session, channel=fresh, records=records)
+
+    count: int = await db.write(store)
+    return count
+
+
+def schedule_template_sync(channel_id: int, *, delay_seconds: float = 0.0) -> OutboxJob:
+    return OutboxJob(
+        kind=JobKind.sync_templates,
+        priority=Priority.background,
+        payload={"channel_id": channel_id},
+        run_at=utcnow() + timedelta(seconds=delay_seconds),
+    )
+
+
+async def ensure_periodic_jobs(session: AsyncSession, *, template_sync_interval: float) -> None:
+    """Periodic work is rows too: make sure each exists once (a fresh database, a new channel)."""
+    payloads = await session.scalars(
+        select(OutboxJob.payload).where(OutboxJob.kind == JobKind.sync_templates)
+    )
+    scheduled_ids = {p.get("channel_id") for p in payloads}
+    for channel_id, synced_at in (
+        await session.execute(select(Channel.id, Channel.templates_synced_at))
+    ).all():
+        if channel_id not in scheduled_ids:
+            delay = 0.0
+            if synced_at is not None:
+                delay = max(
+                    0.0, (synced_at + timedelta(seconds=template_sync_interval) - utcnow()).total_seconds()
+                )
+            session.add(schedule_template_sync(channel_id, delay_seconds=delay))
+    has_purge = await session.scalar(
+        select(OutboxJob.id).where(OutboxJob.kind == JobKind.purge_expired).limit(1)
+    )
+    if has_purge is None:
+        session.add(OutboxJob(kind=JobKind.purge_expired, priority=Priority.background, payload={}))
+    await session.flush()
+
+
+async def run_periodic_job(
+    db: Database,
+    job: ClaimedJob,
+    *,
+    client: CloudApiClient,
+    secret_box: SecretBox,
+    template_sync_interval: float,
+) -> None:
+    """Run one sync or purge and put the next one in its place, in the same transaction as the finish."""
+    if job.kind is JobKind.sync_templates:
+        channel_id = int(job.payload["channel_id"])
+        await sync_channel_templates(db, channel_id=channel_id, client=client, secret_box=secret_box)
+        next_job = schedule_template_sync(channel_id, delay_seconds=template_sync_interval)
+    else:
+
+        async def purge(session: AsyncSession) -> None:
+            await purge_idempotency_keys(session)
+
+        await db.write(purge)
+        next_job = OutboxJob(
+            kind=JobKind.purge_expired,
+            priority=Priority.background,
+            payload={},
+            run_at=utcnow() + PURGE_INTERVAL,
+        )
+
+    async def reschedule(session: AsyncSession) -> None:
+        await finish_jobs(session, [job.id])
+        session.add(next_job)
+        await session.flush()
+
+    await db.write(reschedule)

@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Enum, Index, Integer, SmallInteger, String
+from sqlalchemy.orm import Mapped, mapped_column
+
+from wagate.db import Base, UTCDateTime, utcnow
+
+# SQLite only auto-increments a column declared exactly INTEGER PRIMARY KEY.
+BigIntId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+class JobKind(enum.StrEnum):
+    send_message = "send_message"
+    meta_webhook = "meta_webhook"
+    sync_templates = "sync_templates"
+    purge_expired = "purge_expired"
+
+
+class JobState(enum.StrEnum):
+    ready = "ready"
+    # The upstream call was recorded as started and its outcome is not known (the process died, the
+    # call timed out, Meta answered 5xx). Meta may have the message: see outbox.dispatcher.
+    unconfirmed = "unconfirmed"
+
+
+class Priority(enum.IntEnum):
+    single = 0  # one message, usually an OTP: goes before any bulk row of its channel
+    bulk = 1
+    background = 2
+
+
+class OutboxJob(Base):
+    """A unit of work for the dispatcher, written in the same transaction as the data it acts on."""
+
+    __tablename__ = "outbox"
+    __table_args__ = (
+        Index("ix_outbox_due", "channel_id", "state", "priority", "run_at"),
+        Index("ix_outbox_kind_due", "kind", "run_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
+    kind: Mapped[JobKind] = mapped_column(Enum(JobKind, native_enum=False, length=32))
+    state: Mapped[JobState] = mapped_column(
+        Enum(JobState, native_enum=False, length=16), default=JobState.ready
+    )
+    priority: Mapped[int] = mapped_column(SmallInteger, default=Priority.single)
+    # Sends are paced per channel; other kinds leave it empty.
+    channel_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    message_id: Mapped[str | None] = mapped_column(String(40), nullable=True, index=True)
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+    run_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    last_error: Mapped[str | None] = mapped_column(String(1000), nullable=True)
+    locked_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    locked_until: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class ChannelLease(Base):
+    """Which worker paces a channel's sends now: one owner at a time keeps Meta's per-number limit."""
+
+    __tablename__ = "channel_leases"
+
+    channel_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    owner: Mapped[str] = mapped_column(String(64))
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)

@@ -1,0 +1,208 @@
+"""The send job: claim a channel's due sends, call the Cloud API, record what happened.
+
+The claim is the attempt record: it marks the rows `unconfirmed` and commits before any HTTP call, so a
+process killed mid-call leaves rows whose outcome is unknown rather than rows that look unsent. Such a
+row is settled by Meta's status webhook (which carries our message id in `biz_opaque_callback_data`) or,
+when none comes within the grace period, sent again (see `release_unconfirmed`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from wagate.db import dialect_name, utcnow
+from wagate.messages.models import Message, MessageStatus, ParkedStatus
+from wagate.messages.status import StatusChange, apply_status
+from wagate.outbox.models import JobKind, JobState, OutboxJob
+from wagate.outbox.retry import SEND_NOT_DELIVERED, SEND_UNCONFIRMED
+
+UNCONFIRMED_ERROR = "upstream_unconfirmed: WhatsApp did not confirm the message"
+
+
+@dataclass(frozen=True)
+class ClaimedSend:
+    job_id: int
+    message_id: str
+    body: dict[str, Any]
+    attempts: int
+    priority: int
+
+
+@dataclass(frozen=True)
+class Sent:
+    send: ClaimedSend
+    wamid: str
+
+
+@dataclass(frozen=True)
+class Retry:
+    """Meta certainly did not get it (connection refused, throttled): safe to send again later."""
+
+    send: ClaimedSend
+    error: str
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """Meta may have it (timeout after sending, 5xx): wait for a status webhook before anything else."""
+
+    send: ClaimedSend
+    error: str
+
+
+@dataclass(frozen=True)
+class Rejected:
+    send: ClaimedSend
+    external_error: str
+
+
+Outcome = Sent | Retry | Unknown | Rejected
+
+
+async def claim_sends(
+    session: AsyncSession, *, channel_id: int, limit: int, worker_id: str, grace_seconds: float
+) -> list[ClaimedSend]:
+    now = utcnow()
+    due = (
+        select(OutboxJob.id)
+        .where(
+            OutboxJob.kind == JobKind.send_message,
+            OutboxJob.channel_id == channel_id,
+            OutboxJob.state == JobState.ready,
+            OutboxJob.run_at <= now,
+        )
+        .order_by(OutboxJob.priority, OutboxJob.id)
+        .limit(limit)
+    )
+    if dialect_name(session) == "postgresql":
+        due = due.with_for_update(skip_locked=True)
+    rows = (
+        await session.execute(
+            update(OutboxJob)
+            .where(OutboxJob.id.in_(due))
+            .values(
+                state=JobState.unconfirmed,
+                attempts=OutboxJob.attempts + 1,
+                locked_by=worker_id,
+                locked_until=now + timedelta(seconds=grace_seconds),
+            )
+            .returning(
+                OutboxJob.id, OutboxJob.message_id, OutboxJob.payload, OutboxJob.attempts, OutboxJob.priority
+            )
+        )
+    ).all()
+    claimed = [ClaimedSend(r[0], r[1], r[2]["body"], r[3], r[4]) for r in rows]
+    return sorted(claimed, key=lambda c: (c.priority, c.job_id))
+
+
+async def record_outcomes(
+    session: AsyncSession, outcomes: list[Outcome], *, grace_seconds: float
+) -> list[StatusChange]:
+    """Store a round of send results in one transaction; returns the status changes it made."""
+    now = utcnow()
+    changes: list[StatusChange] = []
+    sent = [o for o in outcomes if isinstance(o, Sent)]
+    if sent:
+        await session.execute(
+            update(Message),
+            [{"id": o.send.message_id, "upstream_message_id": o.wamid} for o in sent],
+        )
+        changes += await apply_parked_statuses(session, [o.wamid for o in sent])
+    rejected = [o for o in outcomes if isinstance(o, Rejected)]
+    if rejected:
+        errors = {o.send.message_id: o.external_error for o in rejected}
+        for message in await session.scalars(select(Message).where(Message.id.in_(errors))):
+            change = apply_status(message, MessageStatus.failed, external_error=errors[message.id])
+            if change:
+                changes.append(change)
+    finished = [o.send.job_id for o in outcomes if isinstance(o, Sent | Rejected)]
+    if finished:
+        await session.execute(delete(OutboxJob).where(OutboxJob.id.in_(finished)))
+    for outcome in outcomes:
+        if isinstance(outcome, Retry):
+            await session.execute(
+                update(OutboxJob)
+                .where(OutboxJob.id == outcome.send.job_id)
+                .values(
+                    state=JobState.ready,
+                    run_at=now + timedelta(seconds=SEND_NOT_DELIVERED.delay(outcome.send.attempts)),
+                    last_error=outcome.error[:1000],
+                    locked_by=None,
+                    locked_until=None,
+                )
+            )
+        elif isinstance(outcome, Unknown):
+            await session.execute(
+                update(OutboxJob)
+                .where(OutboxJob.id == outcome.send.job_id)
+                .values(last_error=outcome.error[:1000], locked_until=now + timedelta(seconds=grace_seconds))
+            )
+    return changes
+
+
+async def apply_parked_statuses(session: AsyncSession, wamids: list[str]) -> list[StatusChange]:
+    """Statuses that came before their send result: apply them now that the wamid is known."""
+    from wagate.messages.webhooks import apply_status_payloads  # the one place that reads Meta statuses
+
+    parked = list(
+        await session.scalars(select(ParkedStatus).where(ParkedStatus.upstream_message_id.in_(wamids)))
+    )
+    if not parked:
+        return []
+    await session.execute(delete(ParkedStatus).where(ParkedStatus.id.in_([p.id for p in parked])))
+    return await apply_status_payloads(session, [p.payload for p in parked], park_unknown=False)
+
+
+async def release_unconfirmed(session: AsyncSession) -> list[StatusChange]:
+    """Settle sends whose outcome stayed unknown past the grace period.
+
+    One that a status webhook has since tied to a wamid is done. One with no trace at Meta is sent
+    again (Meta reports `sent` within seconds of accepting a message, so silence means it never got
+    there), up to a limit; past it the message fails, so that a caller polling it learns the truth.
+    """
+    now = utcnow()
+    rows = (
+        await session.execute(
+            select(OutboxJob, Message)
+            .join(Message, Message.id == OutboxJob.message_id)
+            .where(
+                OutboxJob.kind == JobKind.send_message,
+                OutboxJob.state == JobState.unconfirmed,
+                OutboxJob.locked_until < now,
+            )
+            .limit(500)
+        )
+    ).all()
+    changes: list[StatusChange] = []
+    for job, message in rows:
+        if message.upstream_message_id is not None or message.status is MessageStatus.failed:
+            await session.delete(job)
+        elif SEND_UNCONFIRMED.exhausted(job.attempts):
+            change = apply_status(message, MessageStatus.failed, external_error=UNCONFIRMED_ERROR)
+            if change:
+                changes.append(change)
+            await session.delete(job)
+        else:
+            job.state = JobState.ready
+            job.run_at = now
+            job.locked_by = None
+            job.locked_until = None
+    await session.flush()
+    return changes
+
+
+async def settle_sends(session: AsyncSession, message_ids: list[str]) -> None:
+    """A status webhook proved Meta has these messages: their unconfirmed send rows are done."""
+    if message_ids:
+        await session.execute(
+            delete(OutboxJob).where(
+                OutboxJob.kind == JobKind.send_message,
+                OutboxJob.state == JobState.unconfirmed,
+                OutboxJob.message_id.in_(message_ids),
+            )
+        )

@@ -1,0 +1,72 @@
+"""The Cloud API simulator: a separate ASGI app that behaves like Meta's WhatsApp Cloud API.
+
+Point the gateway's adapter at ``http://HOST:PORT/v23.0``. It answers sends with ``wamid.`` ids,
+sends HMAC-signed status webhooks back to ``webhook_url``, lists templates with cursor paging, and
+fails the way Meta does: on magic recipient numbers (:mod:`wagate.simulator.magic`) and on switches
+set through the ``/_sim/`` control endpoints (:mod:`wagate.simulator.control`):
+
+- ``POST /_sim/reset``; ``GET|POST /_sim/config``; ``GET /_sim/messages``; ``GET /_sim/stats``;
+  ``GET /_sim/idle``; ``GET|POST /_sim/channels``; ``GET|PUT /_sim/templates/{waba_id}``;
+  ``POST /_sim/inbound``; ``POST /_sim/statuses``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from wagate.simulator.control import build_control_router
+from wagate.simulator.graph import build_graph_router
+from wagate.simulator.state import SimulatorConfig, SimulatorState
+from wagate.simulator.webhooks import WebhookSender
+
+
+def create_simulator_app(config: SimulatorConfig | None = None) -> FastAPI:
+    state = SimulatorState(config or SimulatorConfig())
+    sender = WebhookSender(state)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            # Pending webhook tasks belong to this loop; stop them before it goes away.
+            await sender.close()
+
+    app = FastAPI(title="wagate Cloud API simulator", lifespan=lifespan, openapi_url=None, docs_url=None)
+    # Control routes first: "/_sim/..." must never be taken for a Graph API version segment.
+    app.include_router(build_control_router(state, sender))
+    app.include_router(build_graph_router(state, sender))
+    # For code running in the simulator's own loop (e.g. the sandbox); other threads use /_sim/.
+    app.state.simulator = state
+    app.state.webhook_sender = sender
+    return app
+
+
+def run_simulator(
+    host: str = "127.0.0.1",
+    port: int = 8090,
+    webhook_url: str | None = None,
+    app_secret: str = "simulator-app-secret",  # noqa: S107 - a fake Meta app, not a credential
+    *,
+    read_enabled: bool = False,
+) -> None:
+    """Serve the simulator in the foreground until interrupted (the ``wagate simulator`` command)."""
+    import uvicorn
+
+    config = SimulatorConfig(webhook_url=webhook_url, app_secret=app_secret, read_enabled=read_enabled)
+    uvicorn.run(create_simulator_app(config), host=host, port=port, log_level="info", timeout_keep_alive=30)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="wagate simulator", description="Run the Cloud API simulator.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8090)
+    parser.add_argument("--webhook-url", default=None, help="the gateway's /webhooks/whatsapp URL")
+    parser.add_argument("--app-secret", default="simulator-app-secret")
+    parser.add_argument("--read", action="store_true", help="also send 'read' statuses")
+    args = parser.parse_args(argv)
+    run_simulator(args.host, args.port, args.webhook_url, args.app_secret, read_enabled=args.read)

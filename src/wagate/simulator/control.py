@@ -1,0 +1,234 @@
+"""``/_sim/`` control endpoints: inspect what was sent, switch behaviours, push webhooks by hand.
+
+Bodies are pydantic models with ``extra="forbid"``, so a mistyped switch name is a 422 instead of a
+silently ignored setting.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from typing import Any
+
+from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict, Field
+
+from wagate.simulator.state import ChannelInfo, SimulatorState, StatusDelays, new_wamid
+from wagate.simulator.templates import with_ids
+from wagate.simulator.webhooks import WebhookSender, error_item, inbound_payload, status_payload
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DelaysPatch(_Body):
+    sent: float | None = Field(default=None, ge=0)
+    delivered: float | None = Field(default=None, ge=0)
+    read: float | None = Field(default=None, ge=0)
+
+
+class FailNext(_Body):
+    count: int = Field(ge=0)
+    code: int
+
+
+class ConfigPatch(_Body):
+    webhook_url: str | None = None
+    app_secret: str | None = None
+    status_delays: DelaysPatch | None = None
+    read_enabled: bool | None = None
+    reorder_statuses: bool | None = None
+    duplicate_statuses: bool | None = None
+    auto_statuses: bool | None = None
+    rate_limit_per_second: int | None = Field(default=None, ge=1)
+    access_tokens: list[str] | None = None
+    fail_next: FailNext | None = None
+    slow_response_seconds: float | None = Field(default=None, ge=0)
+    webhook_retry_total: float | None = Field(default=None, ge=0)
+    webhook_retry_initial: float | None = Field(default=None, gt=0)
+    webhook_retry_cap: float | None = Field(default=None, gt=0)
+    webhook_timeout: float | None = Field(default=None, gt=0)
+
+
+class ChannelBody(_Body):
+    phone_number_id: str = Field(min_length=1)
+    waba_id: str = Field(min_length=1)
+    display_phone_number: str = "15550000000"
+
+
+class InboundBody(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    phone_number_id: str = Field(min_length=1)
+    from_: str = Field(alias="from", min_length=5)
+    text: str = Field(min_length=1)
+    name: str | None = None
+    timestamp: int | None = None  # Unix seconds; in the past to test an expired 24-hour window
+
+
+class StatusBody(_Body):
+    phone_number_id: str = Field(min_length=1)
+    wamid: str = Field(min_length=1)
+    status: str = Field(min_length=1)
+    recipient_id: str | None = None
+    biz_opaque_callback_data: str | None = None
+    errors: list[dict[str, Any]] | None = None
+    pricing_category: str | None = None
+    timestamp: int | None = None
+
+
+class TemplatesBody(_Body):
+    data: list[dict[str, Any]]
+
+
+# Settings whose value None is meaningful, so "sent as null" must differ from "not sent".
+_NULLABLE = ("webhook_url", "rate_limit_per_second", "access_tokens")
+
+
+def build_control_router(state: SimulatorState, sender: WebhookSender) -> APIRouter:
+    router = APIRouter(prefix="/_sim")
+
+    @router.post("/reset")
+    async def reset() -> dict[str, Any]:
+        await sender.cancel_all()
+        state.reset()
+        return {"ok": True}
+
+    @router.get("/config")
+    async def get_config() -> dict[str, Any]:
+        return state.config.public()
+
+    @router.post("/config")
+    async def patch_config(patch: ConfigPatch) -> dict[str, Any]:
+        config = state.config
+        given = patch.model_fields_set
+        for name in _NULLABLE:
+            if name in given:
+                value = getattr(patch, name)
+                setattr(config, name, set(value) if name == "access_tokens" and value is not None else value)
+        for name in (
+            "app_secret",
+            "read_enabled",
+            "reorder_statuses",
+            "duplicate_statuses",
+            "auto_statuses",
+            "slow_response_seconds",
+            "webhook_retry_total",
+            "webhook_retry_initial",
+            "webhook_retry_cap",
+            "webhook_timeout",
+        ):
+            value = getattr(patch, name)
+            if value is not None:
+                setattr(config, name, value)
+        if patch.status_delays is not None:
+            delays = config.status_delays
+            config.status_delays = StatusDelays(
+                sent=_pick(patch.status_delays.sent, delays.sent),
+                delivered=_pick(patch.status_delays.delivered, delays.delivered),
+                read=_pick(patch.status_delays.read, delays.read),
+            )
+        if patch.fail_next is not None:
+            state.fail_next_count = patch.fail_next.count
+            state.fail_next_code = patch.fail_next.code
+        return config.public()
+
+    @router.get("/messages")
+    async def messages(
+        phone_number_id: str | None = None, to: str | None = None, wamid: str | None = None
+    ) -> dict[str, Any]:
+        to_digits = to.lstrip("+") if to else None
+        data = [
+            entry.to_json()
+            for entry in state.log
+            if (phone_number_id is None or entry.phone_number_id == phone_number_id)
+            and (to_digits is None or entry.to.lstrip("+") == to_digits)
+            and (wamid is None or entry.wamid == wamid)
+        ]
+        return {"data": data}
+
+    @router.get("/stats")
+    async def stats() -> dict[str, Any]:
+        result = state.stats()
+        counters = state.counters
+        result["webhooks"] = {
+            "pending": sender.pending,
+            "delivered": counters.delivered,
+            "failed_attempts": counters.failed_attempts,
+            "gave_up": counters.gave_up,
+        }
+        return result
+
+    @router.get("/idle")
+    async def idle(seconds: float = 5.0) -> dict[str, Any]:
+        """Wait (up to ``seconds``) until every scheduled webhook has been delivered or given up."""
+        is_idle = await sender.wait_idle(min(max(seconds, 0.0), 60.0))
+        return {"idle": is_idle, "pending": sender.pending}
+
+    @router.get("/channels")
+    async def list_channels() -> dict[str, Any]:
+        return {"data": [asdict(c) for c in state.channels.values()]}
+
+    @router.post("/channels")
+    async def register_channel(body: ChannelBody) -> dict[str, Any]:
+        info = ChannelInfo(body.phone_number_id, body.waba_id, body.display_phone_number)
+        state.channels[info.phone_number_id] = info
+        return asdict(info)
+
+    @router.get("/templates/{waba_id}")
+    async def get_templates(waba_id: str) -> dict[str, Any]:
+        return {"data": state.templates_for(waba_id)}
+
+    @router.put("/templates/{waba_id}")
+    async def put_templates(waba_id: str, body: TemplatesBody | list[dict[str, Any]]) -> dict[str, Any]:
+        items = body.data if isinstance(body, TemplatesBody) else body
+        state.templates[waba_id] = with_ids(waba_id, items)
+        return {"data": state.templates[waba_id]}
+
+    @router.post("/inbound")
+    async def inbound(body: InboundBody) -> dict[str, Any]:
+        wa_id = body.from_.strip().lstrip("+")
+        wamid = new_wamid(wa_id)
+        payload = inbound_payload(
+            state.channel(body.phone_number_id),
+            wamid=wamid,
+            wa_id=wa_id,
+            text=body.text,
+            name=body.name,
+            timestamp=body.timestamp if body.timestamp is not None else int(time.time()),
+        )
+        delivered = await sender.deliver_now(payload)
+        return {"wamid": wamid, "delivered": delivered}
+
+    @router.post("/statuses")
+    async def push_status(body: StatusBody) -> dict[str, Any]:
+        known = state.by_wamid.get(body.wamid)
+        recipient = body.recipient_id or (known.to.lstrip("+") if known else "")
+        callback = body.biz_opaque_callback_data
+        if callback is None and known is not None:
+            callback = known.biz_opaque_callback_data
+        errors = body.errors
+        if body.status == "failed" and not errors:
+            errors = [error_item(131026, "Message undeliverable", "Message Undeliverable.")]
+        category = body.pricing_category
+        if category is None and known is not None:
+            category = (known.template_category or "service").lower()
+        payload = status_payload(
+            state.channel(body.phone_number_id),
+            wamid=body.wamid,
+            status=body.status,
+            recipient_id=recipient,
+            biz_opaque_callback_data=callback,
+            pricing_category=category,
+            errors=errors,
+            timestamp=body.timestamp,
+        )
+        delivered = await sender.deliver_now(payload)
+        return {"delivered": delivered}
+
+    return router
+
+
+def _pick(value: float | None, default: float) -> float:
+    return default if value is None else value

@@ -1,0 +1,186 @@
+"""The simulated Graph API routes: ``POST /{version}/{phone_number_id}/messages`` and the template listing.
+
+The send route is the hot path of every benchmark, so it reads and writes JSON with orjson directly
+instead of going through pydantic models.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from typing import Any
+
+import orjson
+from fastapi import APIRouter, Request, Response
+
+from wagate.simulator.magic import FAILURE_ERRORS, Fault, fault_for
+from wagate.simulator.state import SentRecord, SimulatorState, new_wamid, now_pair
+from wagate.simulator.validation import (
+    GraphError,
+    check_bearer,
+    error_for_code,
+    rate_limit_hit,
+    server_error,
+    validate_send,
+)
+from wagate.simulator.webhooks import StatusStep, WebhookSender
+
+DEFAULT_PAGE_SIZE = 25
+MAX_PAGE_SIZE = 1000
+
+
+def json_response(data: Any, status_code: int = 200) -> Response:
+    return Response(orjson.dumps(data), status_code=status_code, media_type="application/json")
+
+
+def error_response(error: GraphError) -> Response:
+    return json_response(error.body(), error.http_status)
+
+
+def _encode_cursor(index: int) -> str:
+    return base64.b64encode(str(index).encode()).decode("ascii")
+
+
+def _decode_cursor(cursor: str) -> int | None:
+    try:
+        return int(base64.b64decode(cursor.encode("ascii"), validate=True).decode("ascii"))
+    except ValueError:
+        return None
+
+
+def status_steps(state: SimulatorState, fault: Fault | None) -> list[StatusStep]:
+    delays = state.config.status_delays
+    if fault in (Fault.UNDELIVERABLE, Fault.REENGAGEMENT):
+        return [StatusStep(delays.sent, "failed", FAILURE_ERRORS[fault])]
+    if fault is Fault.SENT_ONLY:
+        return [StatusStep(delays.sent, "sent")]
+    if fault is Fault.FAILED_THEN_DELIVERED:
+        return [
+            StatusStep(delays.sent, "sent"),
+            StatusStep(delays.delivered, "failed", FAILURE_ERRORS[fault]),
+            StatusStep(max(delays.read, delays.delivered), "delivered"),
+        ]
+    steps = [StatusStep(delays.sent, "sent"), StatusStep(delays.delivered, "delivered")]
+    if state.config.read_enabled:
+        steps.append(StatusStep(delays.read, "read"))
+    return steps
+
+
+def build_graph_router(state: SimulatorState, sender: WebhookSender) -> APIRouter:
+    router = APIRouter()
+
+    @router.post("/{version}/{phone_number_id}/messages")
+    async def send_message(version: str, phone_number_id: str, request: Request) -> Response:
+        try:
+            check_bearer(request.headers.get("authorization"), state.config.access_tokens)
+            injected = state.take_injected_failure()
+            if injected is not None and injected != 408:
+                raise error_for_code(injected)
+            try:
+                body = orjson.loads(await request.body())
+            except orjson.JSONDecodeError:
+                raise GraphError(400, 100, "Invalid parameter", "Request body is not valid JSON.") from None
+            channel = state.channel(phone_number_id)
+            valid = validate_send(body, state.templates_for(channel.waba_id))
+            fault = fault_for(valid.wa_id)
+            if fault is Fault.RATE_LIMITED:
+                raise rate_limit_hit()
+            if fault is Fault.SERVER_ERROR:
+                raise server_error()
+            wall, mono = now_pair()
+            if state.over_rate_limit(phone_number_id, mono):
+                raise rate_limit_hit()
+        except GraphError as error:
+            return error_response(error)
+
+        template = valid.template
+        wamid = new_wamid(valid.wa_id)
+        state.record(
+            SentRecord(
+                received_at=wall,
+                received_monotonic=mono,
+                phone_number_id=phone_number_id,
+                waba_id=channel.waba_id,
+                to=valid.to,
+                type=valid.type,
+                body=body,
+                biz_opaque_callback_data=valid.biz_opaque_callback_data,
+                wamid=wamid,
+                template_name=template.get("name") if template else None,
+                template_language=template.get("language") if template else None,
+                template_category=template.get("category") if template else None,
+            )
+        )
+        if state.config.auto_statuses:
+            category = str(template.get("category", "utility")).lower() if template else "service"
+            sender.schedule_statuses(
+                channel,
+                status_steps(state, fault),
+                wamid=wamid,
+                recipient_id=valid.wa_id,
+                biz_opaque_callback_data=valid.biz_opaque_callback_data,
+                pricing_category=category,
+            )
+        if fault is Fault.SLOW or injected == 408:
+            # The message went out; only the reply is late, which is what a client timeout looks like.
+            await asyncio.sleep(state.config.slow_response_seconds)
+        return json_response(
+            {
+                "messaging_product": "whatsapp",
+                "contacts": [{"input": valid.to, "wa_id": valid.wa_id}],
+                "messages": [{"id": wamid, "message_status": "accepted"}],
+            }
+        )
+
+    @router.get("/{version}/{waba_id}/message_templates")
+    async def list_templates(version: str, waba_id: str, request: Request) -> Response:
+        try:
+            check_bearer(request.headers.get("authorization"), state.config.access_tokens)
+            query = request.query_params
+            try:
+                limit = int(query.get("limit", DEFAULT_PAGE_SIZE))
+            except ValueError:
+                raise GraphError(400, 100, "Invalid parameter", "limit must be a number") from None
+            if not 1 <= limit <= MAX_PAGE_SIZE:
+                raise GraphError(400, 100, "Invalid parameter", f"limit must be 1..{MAX_PAGE_SIZE}")
+            start = 0
+            if "after" in query:
+                cursor = _decode_cursor(query["after"])
+                if cursor is None:
+                    raise GraphError(400, 100, "Invalid parameter", "after is not a valid cursor")
+                start = cursor + 1
+        except GraphError as error:
+            return error_response(error)
+
+        templates = [
+            t
+            for t in state.templates_for(waba_id)
+            if all(
+                query.get(key) is None or str(t.get(key, "")).upper() == str(query.get(key)).upper()
+                for key in ("name", "status", "language", "category")
+            )
+        ]
+        page = templates[start : start + limit]
+        fields = [f.strip() for f in query.get("fields", "").split(",") if f.strip()]
+        data = [_select(t, fields) for t in page]
+        result: dict[str, Any] = {"data": data}
+        if page:
+            paging: dict[str, Any] = {
+                "cursors": {"before": _encode_cursor(start), "after": _encode_cursor(start + len(page) - 1)}
+            }
+            if start + len(page) < len(templates):
+                after = _encode_cursor(start + len(page) - 1)
+                paging["next"] = str(request.url.include_query_params(after=after, limit=limit))
+            result["paging"] = paging
+        return json_response(result)
+
+    return router
+
+
+def _select(template: dict[str, Any], fields: list[str]) -> dict[str, Any]:
+    if not fields:
+        return template
+    # Meta always returns the id, whatever fields were asked for.
+    selected = {name: template[name] for name in fields if name in template}
+    selected["id"] = template["id"]
+    return selected

@@ -1,0 +1,201 @@
+"""The simulator's settings and in-memory state.
+
+All of it lives on the simulator's own event loop and is touched only from there (request handlers
+and webhook tasks), so it needs no locks. Tests and the sandbox reach it over the ``/_sim/`` HTTP
+endpoints.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import time
+import uuid
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from wagate.simulator.templates import seed_for
+
+RATE_WINDOW_SECONDS = 1.0
+
+
+@dataclass
+class StatusDelays:
+    """Seconds after acceptance at which each status webhook is sent."""
+
+    sent: float = 0.05
+    delivered: float = 0.1
+    read: float = 0.2
+
+
+@dataclass
+class ChannelInfo:
+    phone_number_id: str
+    waba_id: str
+    display_phone_number: str = "15550000000"
+
+
+@dataclass
+class SimulatorConfig:
+    webhook_url: str | None = None
+    app_secret: str = "simulator-app-secret"  # noqa: S105 - a fake Meta app, not a credential
+    status_delays: StatusDelays = field(default_factory=StatusDelays)
+    read_enabled: bool = False
+    # More than N accepted sends for one phone_number_id within any 1 s window -> 130429.
+    rate_limit_per_second: int | None = None
+    # None accepts any non-empty bearer token.
+    access_tokens: set[str] | None = None
+    auto_statuses: bool = True
+    reorder_statuses: bool = False
+    duplicate_statuses: bool = False
+    slow_response_seconds: float = 30.0
+    # Meta retries undelivered webhooks for days; ten minutes is plenty for a restarted gateway.
+    webhook_retry_total: float = 600.0
+    webhook_retry_initial: float = 0.2
+    webhook_retry_cap: float = 5.0
+    webhook_timeout: float = 10.0
+    channels: list[ChannelInfo] = field(default_factory=list)
+
+    def public(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("app_secret")
+        data["access_tokens"] = sorted(self.access_tokens) if self.access_tokens is not None else None
+        return data
+
+
+@dataclass(frozen=True, slots=True)
+class SentRecord:
+    """One accepted send request, as the simulator saw it."""
+
+    received_at: float  # wall clock, Unix seconds
+    received_monotonic: float
+    phone_number_id: str
+    waba_id: str
+    to: str
+    type: str
+    body: dict[str, Any]
+    biz_opaque_callback_data: str | None
+    wamid: str
+    template_name: str | None
+    template_language: str | None
+    template_category: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        data = {name: getattr(self, name) for name in self.__slots__}
+        data["received_at_iso"] = (
+            datetime.fromtimestamp(self.received_at, UTC).isoformat().replace("+00:00", "Z")
+        )
+        return data
+
+
+@dataclass
+class WebhookCounters:
+    delivered: int = 0
+    failed_attempts: int = 0
+    gave_up: int = 0
+
+
+class SimulatorState:
+    def __init__(self, config: SimulatorConfig) -> None:
+        self._initial = copy.deepcopy(config)
+        self.config = copy.deepcopy(config)
+        self.channels: dict[str, ChannelInfo] = {c.phone_number_id: c for c in config.channels}
+        self.templates: dict[str, list[dict[str, Any]]] = {}
+        self.log: list[SentRecord] = []
+        self.by_wamid: dict[str, SentRecord] = {}
+        self._recent: dict[str, deque[float]] = {}
+        self.fail_next_count = 0
+        self.fail_next_code = 0
+        self.counters = WebhookCounters()
+
+    def reset(self) -> None:
+        """Back to the startup behaviour; the webhook URL and registered channels are wiring and stay."""
+        webhook_url = self.config.webhook_url
+        self.config = copy.deepcopy(self._initial)
+        self.config.webhook_url = webhook_url
+        self.templates.clear()
+        self.log.clear()
+        self.by_wamid.clear()
+        self._recent.clear()
+        self.fail_next_count = 0
+        self.fail_next_code = 0
+        self.counters = WebhookCounters()
+
+    def channel(self, phone_number_id: str) -> ChannelInfo:
+        """The registered channel, or one made up on the fly (its WABA id is the phone number id)."""
+        info = self.channels.get(phone_number_id)
+        if info is None:
+            info = ChannelInfo(phone_number_id=phone_number_id, waba_id=phone_number_id)
+            self.channels[phone_number_id] = info
+        return info
+
+    def templates_for(self, waba_id: str) -> list[dict[str, Any]]:
+        templates = self.templates.get(waba_id)
+        if templates is None:
+            templates = self.templates[waba_id] = seed_for(waba_id)
+        return templates
+
+    def take_injected_failure(self) -> int | None:
+        if self.fail_next_count <= 0:
+            return None
+        self.fail_next_count -= 1
+        return self.fail_next_code
+
+    def over_rate_limit(self, phone_number_id: str, now: float) -> bool:
+        limit = self.config.rate_limit_per_second
+        if limit is None:
+            return False
+        recent = self._recent.setdefault(phone_number_id, deque())
+        while recent and now - recent[0] >= RATE_WINDOW_SECONDS:
+            recent.popleft()
+        return len(recent) >= limit
+
+    def record(self, entry: SentRecord) -> None:
+        self.log.append(entry)
+        self.by_wamid[entry.wamid] = entry
+        recent = self._recent.setdefault(entry.phone_number_id, deque())
+        recent.append(entry.received_monotonic)
+        # Only the last second matters for the limit; keep the deque short between checks.
+        while recent and entry.received_monotonic - recent[0] >= RATE_WINDOW_SECONDS:
+            recent.popleft()
+
+    def stats(self) -> dict[str, Any]:
+        per_channel: dict[str, dict[str, Any]] = {}
+        grouped: dict[str, list[SentRecord]] = {}
+        for entry in self.log:
+            grouped.setdefault(entry.phone_number_id, []).append(entry)
+        for phone_number_id, entries in grouped.items():
+            per_second: dict[str, int] = {}
+            for entry in entries:
+                key = str(int(entry.received_at))
+                per_second[key] = per_second.get(key, 0) + 1
+            per_channel[phone_number_id] = {
+                "total": len(entries),
+                "per_second": per_second,
+                "max_in_any_1s_window": max_in_window([e.received_monotonic for e in entries]),
+            }
+        return {"phone_number_ids": per_channel}
+
+
+def max_in_window(times: list[float], window: float = RATE_WINDOW_SECONDS) -> int:
+    """Most events in any half-open window [t, t + window) (two pointers over sorted times)."""
+    ordered = sorted(times)
+    best = 0
+    start = 0
+    for end, t in enumerate(ordered):
+        while t - ordered[start] >= window:
+            start += 1
+        best = max(best, end - start + 1)
+    return best
+
+
+def new_wamid(wa_id: str) -> str:
+    """A unique id in the look of Meta's (``wamid.`` + base64 that embeds the recipient)."""
+    raw = f"{wa_id}:{uuid.uuid4().hex}".encode()
+    return "wamid." + base64.b64encode(raw).decode("ascii")
+
+
+def now_pair() -> tuple[float, float]:
+    return time.time(), time.monotonic()

@@ -1,0 +1,260 @@
+"""Meta-shaped webhooks (status updates and customer messages), signed and delivered with retries.
+
+Each accepted message gets one task that walks through its statuses in order: a status is only sent
+after the previous one was delivered, so retries never reorder them (unless reordering was asked
+for). A receiver that is down gets the webhook later, as Meta retries for days; here the total is
+``webhook_retry_total``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import time
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from wagate.simulator.state import ChannelInfo, SimulatorState
+from wagate.whatsapp.signature import SIGNATURE_HEADER, sign
+
+ERROR_HREF = "https://developers.facebook.com/docs/whatsapp/cloud-api/support/error-codes/"
+
+
+@dataclass(frozen=True, slots=True)
+class StatusStep:
+    delay: float
+    status: str
+    error: tuple[int, str, str] | None = None  # (code, title, details) for a failed status
+
+
+def envelope(channel: ChannelInfo, value: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "object": "whatsapp_business_account",
+        "entry": [
+            {
+                "id": channel.waba_id,
+                "changes": [
+                    {
+                        "value": {
+                            "messaging_product": "whatsapp",
+                            "metadata": {
+                                "display_phone_number": channel.display_phone_number,
+                                "phone_number_id": channel.phone_number_id,
+                            },
+                            **value,
+                        },
+                        "field": "messages",
+                    }
+                ],
+            }
+        ],
+    }
+
+
+def status_payload(
+    channel: ChannelInfo,
+    *,
+    wamid: str,
+    status: str,
+    recipient_id: str,
+    biz_opaque_callback_data: str | None = None,
+    pricing_category: str | None = None,
+    errors: list[dict[str, Any]] | None = None,
+    timestamp: int | None = None,
+) -> dict[str, Any]:
+    ts = int(time.time()) if timestamp is None else timestamp
+    item: dict[str, Any] = {"id": wamid, "status": status, "timestamp": str(ts), "recipient_id": recipient_id}
+    if biz_opaque_callback_data is not None:
+        item["biz_opaque_callback_data"] = biz_opaque_callback_data
+    if errors:
+        item["errors"] = errors
+    elif status in ("sent", "delivered") and pricing_category is not None:
+        # Per-message pricing (PMP): service replies inside the window are free.
+        billable = pricing_category != "service"
+        item["conversation"] = {
+            "id": _conversation_id(recipient_id, pricing_category),
+            "origin": {"type": pricing_category},
+        }
+        if status == "sent":
+            item["conversation"]["expiration_timestamp"] = str(ts + 24 * 3600)
+        item["pricing"] = {
+            "billable": billable,
+            "pricing_model": "PMP",
+            "type": "regular" if billable else "free_customer_service",
+            "category": pricing_category,
+        }
+    return envelope(channel, {"statuses": [item]})
+
+
+def error_item(code: int, title: str, details: str) -> dict[str, Any]:
+    return {
+        "code": code,
+        "title": title,
+        "message": title,
+        "error_data": {"details": details},
+        "href": ERROR_HREF,
+    }
+
+
+def inbound_payload(
+    channel: ChannelInfo, *, wamid: str, wa_id: str, text: str, name: str | None, timestamp: int
+) -> dict[str, Any]:
+    contact: dict[str, Any] = {"profile": {"name": name or ""}, "wa_id": wa_id}
+    message = {
+        "from": wa_id,
+        "id": wamid,
+        "timestamp": str(timestamp),
+        "text": {"body": text},
+        "type": "text",
+    }
+    return envelope(channel, {"contacts": [contact], "messages": [message]})
+
+
+def _conversation_id(recipient_id: str, category: str) -> str:
+    return hashlib.sha256(f"{recipient_id}/{category}".encode()).hexdigest()[:32]
+
+
+class WebhookSender:
+    """Owns the aiohttp session and every pending webhook task of one simulator app."""
+
+    def __init__(self, state: SimulatorState) -> None:
+        self.state = state
+        self._session: aiohttp.ClientSession | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def pending(self) -> int:
+        return len(self._tasks)
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=100))
+        return self._session
+
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def cancel_all(self) -> None:
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+
+    async def close(self) -> None:
+        await self.cancel_all()
+        if self._session is not None and not self._session.closed:
+            await self._session.close()
+        self._session = None
+
+    async def wait_idle(self, seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        # Tasks may spawn new ones (a failed first attempt continues in the background): loop.
+        while self._tasks:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            await asyncio.wait(set(self._tasks), timeout=remaining)
+        return not self._tasks
+
+    async def post_once(self, payload: dict[str, Any]) -> int | None:
+        """One attempt; the HTTP status, or None when nothing answered (or no URL is set yet)."""
+        url = self.state.config.webhook_url
+        if not url:
+            return None
+        # Meta escapes non-ASCII in its JSON; the signature is over exactly these bytes.
+        raw = json.dumps(payload, separators=(",", ":")).encode("ascii")
+        headers = {
+            "Content-Type": "application/json",
+            SIGNATURE_HEADER: sign(self.state.config.app_secret, raw),
+        }
+        timeout = aiohttp.ClientTimeout(total=self.state.config.webhook_timeout)
+        try:
+            async with self._get_session().post(url, data=raw, headers=headers, timeout=timeout) as response:
+                await response.read()
+                return response.status
+        except (aiohttp.ClientError, TimeoutError, OSError):
+            return None
+
+    async def deliver(self, payload: dict[str, Any], *, first_attempt_done: bool = False) -> bool:
+        """Deliver with exponential backoff until a 2xx or ``webhook_retry_total`` runs out."""
+        config = self.state.config
+        deadline = time.monotonic() + config.webhook_retry_total
+        delay = config.webhook_retry_initial
+        attempt_needed = not first_attempt_done
+        while True:
+            if attempt_needed:
+                status = await self.post_once(payload)
+                if status is not None and 200 <= status < 300:
+                    self.state.counters.delivered += 1
+                    return True
+                self.state.counters.failed_attempts += 1
+            attempt_needed = True
+            if time.monotonic() + delay > deadline:
+                self.state.counters.gave_up += 1
+                return False
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, config.webhook_retry_cap)
+
+    async def deliver_now(self, payload: dict[str, Any]) -> bool:
+        """Try once right away (control endpoints report the result); keep retrying in the background."""
+        status = await self.post_once(payload)
+        if status is not None and 200 <= status < 300:
+            self.state.counters.delivered += 1
+            return True
+        self.state.counters.failed_attempts += 1
+        self.spawn(self._deliver_later(payload))
+        return False
+
+    async def _deliver_later(self, payload: dict[str, Any]) -> None:
+        await self.deliver(payload, first_attempt_done=True)
+
+    def schedule_statuses(
+        self,
+        channel: ChannelInfo,
+        steps: list[StatusStep],
+        *,
+        wamid: str,
+        recipient_id: str,
+        biz_opaque_callback_data: str | None,
+        pricing_category: str | None,
+    ) -> None:
+        config = self.state.config
+        ordered = list(reversed(steps)) if config.reorder_statuses else list(steps)
+        if config.reorder_statuses:
+            # Keep the original timing slots, only swap which status goes into which slot.
+            ordered = [
+                StatusStep(slot.delay, step.status, step.error)
+                for slot, step in zip(steps, ordered, strict=True)
+            ]
+        copies = 2 if config.duplicate_statuses else 1
+        started = time.monotonic()
+
+        async def run() -> None:
+            for step in ordered:
+                wait = started + step.delay - time.monotonic()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                errors = [error_item(*step.error)] if step.error else None
+                payload = status_payload(
+                    channel,
+                    wamid=wamid,
+                    status=step.status,
+                    recipient_id=recipient_id,
+                    biz_opaque_callback_data=biz_opaque_callback_data,
+                    pricing_category=pricing_category,
+                    errors=errors,
+                )
+                for _ in range(copies):
+                    await self.deliver(payload)
+
+        self.spawn(run())

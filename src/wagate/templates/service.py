@@ -1,0 +1,90 @@
+"""Templates: looked up for sends, listed for callers, synced from the channel's WhatsApp account."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import delete, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from wagate.channels.models import Channel
+from wagate.db import utcnow
+from wagate.errors import TemplateNotApproved, TemplateNotFound
+from wagate.templates.models import Template
+from wagate.templates.variables import template_variables
+from wagate.whatsapp.payloads import TemplateRecord
+
+APPROVED = "APPROVED"
+
+
+async def approved_template(session: AsyncSession, *, channel_id: int, name: str, language: str) -> Template:
+    template = await session.scalar(
+        select(Template).where(
+            Template.channel_id == channel_id, Template.name == name, Template.language == language
+        )
+    )
+    if template is None:
+        raise TemplateNotFound(
+            f"The channel has no template '{name}' in language '{language}'.",
+            details=[{"field": "template.name", "issue": "not found for this channel and language"}],
+        )
+    if template.status != APPROVED:
+        raise TemplateNotApproved(
+            f"Template '{name}' ({language}) is {template.status}, not APPROVED.",
+            details=[{"field": "template.name", "issue": f"status is {template.status}"}],
+        )
+    return template
+
+
+async def list_templates(
+    session: AsyncSession,
+    *,
+    channel_ids: Sequence[int],
+    name: str | None = None,
+    language: str | None = None,
+    category: str | None = None,
+    status: str | None = None,
+) -> list[Template]:
+    query = select(Template).where(Template.channel_id.in_(channel_ids))
+    if name is not None:
+        query = query.where(Template.name == name)
+    if language is not None:
+        query = query.where(Template.language == language)
+    if category is not None:
+        query = query.where(Template.category == category.upper())
+    if status is not None:
+        query = query.where(Template.status == status.upper())
+    return list(await session.scalars(query.order_by(Template.channel_id, Template.name, Template.language)))
+
+
+async def replace_templates(
+    session: AsyncSession, *, channel: Channel, records: Sequence[TemplateRecord]
+) -> int:
+    """Make the channel's stored templates exactly the synced list; returns how many there are."""
+    existing = {
+        (t.name, t.language): t
+        for t in await session.scalars(select(Template).where(Template.channel_id == channel.id))
+    }
+    now = utcnow()
+    seen: set[tuple[str, str]] = set()
+    for record in records:
+        key = (record.name, record.language)
+        seen.add(key)
+        category = record.category.upper()
+        template = existing.get(key)
+        if template is None:
+            template = Template(channel_id=channel.id, name=record.name, language=record.language)
+            session.add(template)
+        template.meta_id = record.id
+        template.category = category
+        template.status = record.status.upper()
+        template.parameter_format = (record.parameter_format or "POSITIONAL").upper()
+        template.components = list(record.components)
+        template.variables = template_variables(template.components, category)
+        template.synced_at = now
+    gone = [t.id for key, t in existing.items() if key not in seen]
+    if gone:
+        await session.execute(delete(Template).where(Template.id.in_(gone)))
+    channel.templates_synced_at = now
+    await session.flush()
+    return len(seen)

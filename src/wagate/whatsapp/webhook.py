@@ -1,0 +1,62 @@
+"""The receiver for Meta's webhooks (API.md section 9): verify, store, acknowledge; applied by the dispatcher."""
+
+from __future__ import annotations
+
+import hmac
+import logging
+
+import orjson
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from wagate.db import utcnow
+from wagate.outbox.models import JobKind, OutboxJob, Priority
+from wagate.whatsapp.payloads import MalformedWebhook, parse_webhook
+from wagate.whatsapp.signature import verify
+
+log = logging.getLogger(__name__)
+router = APIRouter()
+
+
+def _error(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
+
+
+@router.get("/webhooks/whatsapp", include_in_schema=False)
+async def verify_subscription(request: Request) -> Response:
+    params = request.query_params
+    token = request.app.state.settings.meta_verify_token
+    given = params.get("hub.verify_token", "")
+    if params.get("hub.mode") != "subscribe" or not token or not hmac.compare_digest(given, token):
+        return _error(403, "forbidden", "The verify token does not match.")
+    return PlainTextResponse(params.get("hub.challenge", ""))
+
+
+@router.post("/webhooks/whatsapp", include_in_schema=False)
+async def receive(request: Request) -> Response:
+    state = request.app.state
+    raw = await request.body()
+    secret = state.settings.meta_app_secret
+    if not secret:
+        log.error("a Meta webhook came in but WAGATE_META_APP_SECRET is not set: refusing it")
+    if not secret or not verify(secret, raw, request.headers.get("x-hub-signature-256", "")):
+        return _error(401, "unauthorized", "The X-Hub-Signature-256 signature is missing or wrong.")
+    try:
+        body = orjson.loads(raw)
+        if not isinstance(body, dict):
+            raise MalformedWebhook("the body is not a JSON object")
+        parse_webhook(body)
+    except (orjson.JSONDecodeError, MalformedWebhook) as exc:
+        return _error(400, "invalid_request", f"The body is not a WhatsApp webhook: {exc}")
+
+    async def store(session: AsyncSession) -> None:
+        # Stored before the 200: Meta does not resend what it saw acknowledged.
+        session.add(
+            OutboxJob(kind=JobKind.meta_webhook, priority=Priority.background, payload=body, run_at=utcnow())
+        )
+        await session.flush()
+
+    await state.db.write(store)
+    state.dispatcher.wake()
+    return Response(status_code=200)

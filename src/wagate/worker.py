@@ -1,0 +1,29 @@
+"""`wagate worker`: the dispatcher without the API, for deployments with several processes."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+from wagate.app import secret_box_for
+from wagate.config import Settings
+from wagate.db import Database
+from wagate.outbox.dispatcher import Dispatcher
+from wagate.whatsapp.client import CloudApiClient
+
+
+async def run_worker(settings: Settings) -> None:
+    db = Database(settings.database_url)
+    client = CloudApiClient(settings.graph_api_url, timeout=settings.upstream_timeout_seconds)
+    dispatcher = Dispatcher(db=db, settings=settings, client=client, secret_box=secret_box_for(settings))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    dispatcher.start()
+    try:
+        await stop.wait()
+    finally:
+        await dispatcher.stop()
+        await client.close()
+        await db.dispose()

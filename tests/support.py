@@ -1,0 +1,194 @@
+"""Shared test machinery: a real gateway and a real simulator on loopback sockets, and polling helpers."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import httpx
+
+T = TypeVar("T")
+
+APP_SECRET = "test-app-secret"
+VERIFY_TOKEN = "test-verify-token"
+ADMIN_TOKEN = "wg_test_admin_token_acme_0001"
+AGENT_TOKEN = "wg_test_agent_token_acme_0002"
+OUTSIDER_TOKEN = "wg_test_outsider_token_acme_03"
+REVOKED_TOKEN = "wg_test_revoked_token_acme_004"
+OTHER_TOKEN = "wg_test_admin_token_globex_01"
+
+MAIN = {
+    "phone_number_id": "106540352242922",
+    "waba_id": "102290129340398",
+    "display_phone_number": "15550001111",
+}
+SECOND = {
+    "phone_number_id": "106540352242923",
+    "waba_id": "102290129340399",
+    "display_phone_number": "15550002222",
+}
+GLOBEX = {
+    "phone_number_id": "206540352242922",
+    "waba_id": "202290129340398",
+    "display_phone_number": "15550003333",
+}
+
+
+def provision_file() -> dict[str, Any]:
+    def channel(name: str, ids: dict[str, str], members: list[str], mps: int = 80) -> dict[str, Any]:
+        return {
+            "name": name,
+            "phone_number": "+" + ids["display_phone_number"],
+            "phone_number_id": ids["phone_number_id"],
+            "waba_id": ids["waba_id"],
+            "access_token": f"EAAG-test-{name}",
+            "members": members,
+            "messages_per_second": mps,
+        }
+
+    return {
+        "accounts": [
+            {
+                "name": "Acme",
+                "users": [
+                    {
+                        "email": "admin@acme.test",
+                        "name": "Acme Admin",
+                        "role": "administrator",
+                        "password": "pw-admin",
+                    },
+                    {
+                        "email": "agent@acme.test",
+                        "name": "Acme Agent",
+                        "role": "agent",
+                        "password": "pw-agent",
+                    },
+                    {
+                        "email": "outsider@acme.test",
+                        "name": "Outsider",
+                        "role": "agent",
+                        "password": "pw-out",
+                    },
+                ],
+                "api_keys": [
+                    {"user": "admin@acme.test", "name": "crm", "token": ADMIN_TOKEN},
+                    {"user": "agent@acme.test", "name": "agent", "token": AGENT_TOKEN},
+                    {"user": "outsider@acme.test", "name": "outsider", "token": OUTSIDER_TOKEN},
+                    {"user": "admin@acme.test", "name": "old", "token": REVOKED_TOKEN, "revoked": True},
+                ],
+                "channels": [
+                    channel("Main", MAIN, ["admin@acme.test", "agent@acme.test"]),
+                    channel("Second", SECOND, ["admin@acme.test", "outsider@acme.test"]),
+                ],
+            },
+            {
+                "name": "Globex",
+                "users": [
+                    {
+                        "email": "boss@globex.test",
+                        "name": "Boss",
+                        "role": "administrator",
+                        "password": "pw-boss",
+                    }
+                ],
+                "api_keys": [{"user": "boss@globex.test", "name": "erp", "token": OTHER_TOKEN}],
+                "channels": [channel("Globex", GLOBEX, ["boss@globex.test"])],
+            },
+        ]
+    }
+
+
+_numbers = itertools.count(random.randint(0, 4_000_000))
+
+
+def new_number() -> str:
+    """A valid Azerbaijani mobile number no other test uses (the simulator's magic ones start +9945000)."""
+    return f"+99455{next(_numbers) % 10_000_000:07d}"
+
+
+def wait_for(
+    check: Callable[[], T | None], *, timeout: float = 10.0, interval: float = 0.02, what: str = ""
+) -> T:
+    """Poll until `check` returns something truthy; fail with `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or check}")
+        time.sleep(interval)
+
+
+@dataclass
+class Simulator:
+    url: str
+    http: httpx.Client
+
+    @property
+    def graph_url(self) -> str:
+        return f"{self.url}/v23.0"
+
+    def messages(self, to: str | None = None) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = self.http.get(f"{self.url}/_sim/messages").json()["messages"]
+        if to is not None:
+            digits = to.removeprefix("+")
+            items = [m for m in items if m["to"] == digits]
+        return items
+
+    def configure(self, **changes: Any) -> None:
+        self.http.post(f"{self.url}/_sim/config", json=changes).raise_for_status()
+
+    def inbound(self, phone_number_id: str, sender: str, text: str, name: str | None = None) -> str:
+        body = {"phone_number_id": phone_number_id, "from": sender, "text": text, "name": name}
+        response = self.http.post(f"{self.url}/_sim/inbound", json=body)
+        response.raise_for_status()
+        wamid: str = response.json()["wamid"]
+        return wamid
+
+
+@dataclass
+class Gateway:
+    url: str
+    http: httpx.Client
+    sim: Simulator
+    database_url: str
+    ids: dict[str, int] = field(default_factory=dict)
+
+    def headers(self, token: str = ADMIN_TOKEN, **extra: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {token}", **extra}
+
+    def v1(self, path: str, account_id: int | None = None) -> str:
+        return f"{self.url}/v1/accounts/{account_id or self.ids['acme']}{path}"
+
+    def send(self, body: dict[str, Any], *, token: str = ADMIN_TOKEN, **headers: str) -> httpx.Response:
+        payload = {"channel_id": self.ids["main"], **body}
+        return self.http.post(
+            self.v1("/whatsapp/messages"), json=payload, headers=self.headers(token, **headers)
+        )
+
+    def otp(self, number: str, code: str = "123456", **extra: Any) -> httpx.Response:
+        template = {"name": "otp_code", "language": "en", "parameters": [code]}
+        return self.send({"phone_number": number, "template": template, **extra})
+
+    def message(self, message_id: str, *, token: str = ADMIN_TOKEN) -> dict[str, Any]:
+        response = self.http.get(self.v1(f"/whatsapp/messages/{message_id}"), headers=self.headers(token))
+        assert response.status_code == 200, response.text
+        body: dict[str, Any] = response.json()
+        return body
+
+    def wait_status(self, message_id: str, status: str, timeout: float = 10.0) -> dict[str, Any]:
+        return wait_for(
+            lambda: (m := self.message(message_id))["status"] == status and m,
+            timeout=timeout,
+            what=f"message {message_id} to become {status}",
+        )
+
+
+def postgres_admin_url() -> str:
+    return os.environ.get("WAGATE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
