@@ -10,9 +10,6 @@ import httpx
 import psycopg
 import pytest
 from cryptography.fernet import Fernet
-from wagate.simulator.app import create_simulator_app
-from wagate.simulator.state import SimulatorConfig
-from wagate.simulator.server import start_in_thread
 
 from support import (
     APP_SECRET,
@@ -30,6 +27,9 @@ from wagate.app import create_app
 from wagate.config import Settings
 from wagate.migrate import migrate
 from wagate.operations import run_provision
+from wagate.simulator.app import create_simulator_app
+from wagate.simulator.server import start_in_thread
+from wagate.simulator.state import SimulatorConfig
 
 BACKENDS = ["sqlite", "postgresql"]
 

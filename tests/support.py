@@ -135,10 +135,9 @@ class Simulator:
         return f"{self.url}/v23.0"
 
     def messages(self, to: str | None = None) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = self.http.get(f"{self.url}/_sim/messages").json()["messages"]
-        if to is not None:
-            digits = to.removeprefix("+")
-            items = [m for m in items if m["to"] == digits]
+        """What the simulator accepted (to one number, when given), oldest first."""
+        params = {"to": to} if to is not None else {}
+        items: list[dict[str, Any]] = self.http.get(f"{self.url}/_sim/messages", params=params).json()["data"]
         return items
 
     def configure(self, **changes: Any) -> None:

@@ -85,9 +85,11 @@ async def apply_status_payloads(
         if change:
             changes.append(change)
     if settled:
-        from wagate.outbox.sends import settle_sends
+        from wagate.outbox.sends import apply_parked_statuses, settle_sends
 
         await settle_sends(session, settled)
+        await session.flush()
+        changes += await apply_parked_statuses(session, [by_id[m].upstream_message_id or "" for m in settled])
     await session.flush()
     return changes
 

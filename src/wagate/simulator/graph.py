@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import time
 from typing import Any
 
 import orjson
@@ -123,7 +124,7 @@ def build_graph_router(state: SimulatorState, sender: WebhookSender) -> APIRoute
             )
         if fault is Fault.SLOW or injected == 408:
             # The message went out; only the reply is late, which is what a client timeout looks like.
-            await asyncio.sleep(state.config.slow_response_seconds)
+            await _late_reply(request, state.config.slow_response_seconds)
         return json_response(
             {
                 "messaging_product": "whatsapp",
@@ -175,6 +176,15 @@ def build_graph_router(state: SimulatorState, sender: WebhookSender) -> APIRoute
         return json_response(result)
 
     return router
+
+
+async def _late_reply(request: Request, seconds: float) -> None:
+    """Hold the reply back; stop early once the client has given up, so shutdown is not delayed."""
+    deadline = time.monotonic() + seconds
+    while (remaining := deadline - time.monotonic()) > 0:
+        if await request.is_disconnected():
+            return
+        await asyncio.sleep(min(0.05, remaining))
 
 
 def _select(template: dict[str, Any], fields: list[str]) -> dict[str, Any]:

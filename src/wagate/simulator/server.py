@@ -110,12 +110,16 @@ class RunningServer:
             time.sleep(0.005)
         return self
 
+    def request_stop(self) -> None:
+        """Ask the server to shut down without waiting (stop several servers in parallel, then stop())."""
+        self.server.should_exit = True
+
     def stop(self, timeout: float = 10.0) -> None:
         """Graceful shutdown (lifespan shutdown runs); forced if it takes longer than ``timeout``."""
         if not self._thread.is_alive():
             self._sock.close()
             return
-        self.server.should_exit = True
+        self.request_stop()
         self._thread.join(timeout)
         if self._thread.is_alive():
             self.server.force_exit = True

@@ -1,4 +1,4 @@
-"""The receiver for Meta's webhooks (API.md section 9): verify, store, acknowledge; applied by the dispatcher."""
+"""Receiver of Meta's webhooks (API.md section 9): verify, store, acknowledge; the dispatcher applies."""
 
 from __future__ import annotations
 

@@ -1,0 +1,174 @@
+"""Endpoints 4 and 5 end to end: accepted, sent in Meta's format, statuses applied, read back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from support import MAIN, Gateway, new_number, wait_for
+
+OTP = {"name": "otp_code", "language": "en", "parameters": ["654321"]}
+
+
+def upstream(gateway: Gateway, number: str, count: int = 1) -> list[dict[str, Any]]:
+    return wait_for(
+        lambda: (sent := gateway.sim.messages(to=number)) and len(sent) >= count and sent,
+        what=f"{count} upstream request(s) to {number}",
+    )
+
+
+def test_otp_goes_out_with_the_code_in_body_and_button(gateway: Gateway) -> None:
+    number = new_number()
+    response = gateway.otp(number, code="654321")
+    assert response.status_code == 201, response.text
+    reply = response.json()
+    assert reply["sent_as"] == "template" and reply["status"] == "sent" and reply["id"].startswith("msg_")
+    [request] = upstream(gateway, number)
+    body = request["body"]
+    assert request["phone_number_id"] == MAIN["phone_number_id"]
+    assert body["messaging_product"] == "whatsapp" and body["to"] == number.removeprefix("+")
+    assert body["biz_opaque_callback_data"] == reply["id"]
+    assert body["template"]["name"] == "otp_code" and body["template"]["language"] == {"code": "en"}
+    components = body["template"]["components"]
+    assert {"type": "body", "parameters": [{"type": "text", "text": "654321"}]} in components
+    assert {
+        "type": "button",
+        "sub_type": "url",
+        "index": "0",
+        "parameters": [{"type": "text", "text": "654321"}],
+    } in components
+
+
+def test_message_object_follows_the_statuses(gateway: Gateway) -> None:
+    number = new_number()
+    message_id = gateway.otp(number).json()["id"]
+    message = gateway.wait_status(message_id, "delivered")
+    [request] = upstream(gateway, number)
+    assert message["upstream_message_id"] == request["wamid"]
+    assert [h["status"] for h in message["status_history"]] == ["sent", "delivered"]
+    assert message["status_history"][-1]["status"] == message["status"]
+    assert "external_error" not in message or message["external_error"] is None
+    assert message["cost"] == {"amount": "0.036", "currency": "AZN", "category": "AUTHENTICATION"}
+    assert message["template"] == {
+        "name": "otp_code",
+        "language": "en",
+        "category": "AUTHENTICATION",
+        "parameters": ["123456"],
+    }
+    assert message["text"] is None and message["batch_id"] is None
+    assert message["phone_number"] == number and message["channel_id"] == gateway.ids["main"]
+    assert message["conversation"]["status"] == "resolved"
+    assert message["created_at"].endswith("Z") and message["updated_at"].endswith("Z")
+
+
+def test_marketing_costs_its_price_and_named_parameters_go_by_name(gateway: Gateway) -> None:
+    number = new_number()
+    sale = {
+        "name": "spring_sale",
+        "language": "en",
+        "parameters": {"1": "20%", "header.1": "Spring", "button.0": "sp24"},
+    }
+    message_id = gateway.send({"phone_number": number, "template": sale}).json()["id"]
+    assert gateway.message(message_id)["cost"]["amount"] == "0.165"
+    components = upstream(gateway, number)[0]["body"]["template"]["components"]
+    assert {"type": "header", "parameters": [{"type": "text", "text": "Spring"}]} in components
+    assert {
+        "type": "button",
+        "sub_type": "url",
+        "index": "0",
+        "parameters": [{"type": "text", "text": "sp24"}],
+    } in components
+
+    other = new_number()
+    named = {
+        "name": "welcome_named",
+        "language": "en",
+        "parameters": {"order_id": "A-1", "first_name": "Ann"},
+    }
+    assert gateway.send({"phone_number": other, "template": named}).status_code == 201
+    [body_component] = [
+        c for c in upstream(gateway, other)[0]["body"]["template"]["components"] if c["type"] == "body"
+    ]
+    assert body_component["parameters"] == [
+        {"type": "text", "text": "Ann", "parameter_name": "first_name"},
+        {"type": "text", "text": "A-1", "parameter_name": "order_id"},
+    ]
+
+
+def test_upstream_rejection_after_acceptance_fails_the_message(gateway: Gateway) -> None:
+    from wagate.simulator.magic import MAGIC_UNDELIVERABLE
+
+    message_id = gateway.otp(MAGIC_UNDELIVERABLE).json()["id"]
+    message = gateway.wait_status(message_id, "failed")
+    assert message["external_error"].startswith("131026: ")
+    assert message["cost"]["amount"] == "0"
+    assert message["status_history"][-1]["status"] == "failed"
+
+
+def test_synchronous_rejection_stores_metas_code_and_title(gateway: Gateway) -> None:
+    # The template vanished at Meta after our last sync: Meta answers 132001 and the send fails.
+    number = new_number()
+    templates = gateway.sim.http.get(f"{gateway.sim.url}/_sim/templates/{MAIN['waba_id']}").json()["data"]
+    remaining = [t for t in templates if t["name"] != "order_update"]
+    gateway.sim.http.put(
+        f"{gateway.sim.url}/_sim/templates/{MAIN['waba_id']}", json={"data": remaining}
+    ).raise_for_status()
+    try:
+        update = {"name": "order_update", "language": "en", "parameters": ["A-7", "shipped"]}
+        message_id = gateway.send({"phone_number": number, "template": update}).json()["id"]
+        message = gateway.wait_status(message_id, "failed")
+        assert message["external_error"].startswith("132001: ")
+        assert message["upstream_message_id"] is None
+    finally:
+        gateway.sim.http.put(f"{gateway.sim.url}/_sim/templates/{MAIN['waba_id']}", json={"data": templates})
+
+
+def test_throttled_sends_are_retried_until_meta_takes_them(gateway: Gateway) -> None:
+    gateway.sim.configure(fail_next={"count": 2, "code": 130429})
+    number = new_number()
+    message_id = gateway.otp(number).json()["id"]
+    gateway.wait_status(message_id, "delivered", timeout=20)
+    assert len(gateway.sim.messages(to=number)) == 1
+
+
+def test_unknown_message_is_404(gateway: Gateway) -> None:
+    response = gateway.http.get(gateway.v1("/whatsapp/messages/msg_doesnotexist"), headers=gateway.headers())
+    assert response.status_code == 404 and response.json()["error"]["code"] == "message_not_found"
+
+
+def test_send_resolves_the_conversation_unless_asked_otherwise(gateway: Gateway) -> None:
+    number = new_number()
+    first = gateway.otp(number, conversation_status="open").json()["id"]
+    assert gateway.message(first)["conversation"]["status"] == "open"
+    second = gateway.otp(number, conversation_status="pending").json()["id"]
+    assert gateway.message(second)["conversation"]["status"] == "pending"
+    third = gateway.otp(number).json()["id"]
+    conversation = gateway.message(third)["conversation"]
+    assert conversation["status"] == "resolved"
+    assert conversation["id"] == gateway.message(first)["conversation"]["id"]
+
+
+def test_idempotency_key_replays_the_first_response_and_sends_once(gateway: Gateway) -> None:
+    number = new_number()
+    body = {"phone_number": number, "template": OTP}
+    first = gateway.send(body, **{"Idempotency-Key": "order-77-otp"})
+    again = gateway.send(body, **{"Idempotency-Key": "order-77-otp"})
+    assert first.status_code == again.status_code == 201
+    assert first.json() == again.json()
+    upstream(gateway, number)
+    different = gateway.send(
+        {**body, "template": {**OTP, "parameters": ["000000"]}}, **{"Idempotency-Key": "order-77-otp"}
+    )
+    assert different.status_code == 422 and different.json()["error"]["code"] == "idempotency_key_reused"
+    assert len(gateway.sim.messages(to=number)) == 1
+    too_long = gateway.send(body, **{"Idempotency-Key": "k" * 256})
+    assert too_long.status_code == 422
+
+
+def test_idempotency_keys_are_scoped_to_the_api_key(gateway: Gateway) -> None:
+    from support import AGENT_TOKEN
+
+    body = {"phone_number": new_number(), "template": OTP}
+    first = gateway.send(body, **{"Idempotency-Key": "shared-key"})
+    second = gateway.send(body, token=AGENT_TOKEN, **{"Idempotency-Key": "shared-key"})
+    assert first.status_code == second.status_code == 201
+    assert first.json()["id"] != second.json()["id"]

@@ -1,0 +1,3 @@
+from sim_harness import harness
+
+__all__ = ["harness"]

@@ -1,0 +1,176 @@
+"""API.md section 9: Meta's webhooks at /webhooks/whatsapp, signed, stored, applied forward only."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+
+from support import APP_SECRET, MAIN, VERIFY_TOKEN, Gateway, new_number, wait_for
+from wagate.whatsapp.signature import sign
+
+
+def post_signed(gateway: Gateway, body: Any, secret: str = APP_SECRET) -> Any:
+    raw = orjson.dumps(body) if not isinstance(body, bytes) else body
+    return gateway.http.post(
+        f"{gateway.url}/webhooks/whatsapp",
+        content=raw,
+        headers={"X-Hub-Signature-256": sign(secret, raw), "Content-Type": "application/json"},
+    )
+
+
+def status_webhook(*statuses: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "object": "whatsapp_business_account",
+        "entry": [
+            {
+                "id": MAIN["waba_id"],
+                "changes": [
+                    {
+                        "field": "messages",
+                        "value": {
+                            "messaging_product": "whatsapp",
+                            "metadata": {
+                                "display_phone_number": "15550001111",
+                                "phone_number_id": MAIN["phone_number_id"],
+                            },
+                            "statuses": list(statuses),
+                        },
+                    }
+                ],
+            }
+        ],
+    }
+
+
+def status(wamid: str, kind: str, at: int, recipient: str, **extra: Any) -> dict[str, Any]:
+    return {"id": wamid, "status": kind, "timestamp": str(at), "recipient_id": recipient, **extra}
+
+
+def test_verification_handshake(gateway: Gateway) -> None:
+    params = {"hub.mode": "subscribe", "hub.verify_token": VERIFY_TOKEN, "hub.challenge": "1158201444"}
+    response = gateway.http.get(f"{gateway.url}/webhooks/whatsapp", params=params)
+    assert response.status_code == 200 and response.text == "1158201444"
+    assert response.headers["content-type"].startswith("text/plain")
+    wrong = gateway.http.get(
+        f"{gateway.url}/webhooks/whatsapp", params={**params, "hub.verify_token": "nope"}
+    )
+    assert wrong.status_code == 403
+
+
+def test_signatures_are_required(gateway: Gateway) -> None:
+    raw = orjson.dumps(status_webhook())
+    unsigned = gateway.http.post(f"{gateway.url}/webhooks/whatsapp", content=raw)
+    assert unsigned.status_code == 401 and unsigned.json()["error"]["code"] == "unauthorized"
+    assert post_signed(gateway, raw, secret="another-secret").status_code == 401
+    assert post_signed(gateway, raw).status_code == 200
+
+
+def test_malformed_bodies_are_400(gateway: Gateway) -> None:
+    assert post_signed(gateway, b"{not json").status_code == 400
+    assert post_signed(gateway, [1, 2]).status_code == 400
+    assert post_signed(gateway, {"object": "whatsapp_business_account", "entry": "x"}).status_code == 400
+    broken = status_webhook({"status": "delivered"})  # no id
+    assert post_signed(gateway, broken).status_code == 400
+
+
+def sent_message(gateway: Gateway) -> tuple[str, str, str]:
+    """An OTP that Meta accepted (statuses off, so the test drives them): (message id, wamid, digits)."""
+    number = new_number()
+    message_id = gateway.otp(number).json()["id"]
+    message = wait_for(lambda: (m := gateway.message(message_id))["upstream_message_id"] and m, what="wamid")
+    return message_id, message["upstream_message_id"], number.removeprefix("+")
+
+
+def test_statuses_move_forward_only_and_once(gateway: Gateway) -> None:
+    gateway.sim.configure(auto_statuses=False)
+    try:
+        message_id, wamid, to = sent_message(gateway)
+        now = int(time.time())
+        # Out of order and duplicated, as Meta may deliver them.
+        assert post_signed(gateway, status_webhook(status(wamid, "read", now + 2, to))).status_code == 200
+        assert (
+            post_signed(gateway, status_webhook(status(wamid, "delivered", now + 1, to))).status_code == 200
+        )
+        assert post_signed(gateway, status_webhook(status(wamid, "read", now + 2, to))).status_code == 200
+        message = gateway.wait_status(message_id, "read")
+        time.sleep(0.3)  # give the late `delivered` its chance to (wrongly) land
+        message = gateway.message(message_id)
+        assert message["status"] == "read"
+        assert [h["status"] for h in message["status_history"]] == ["sent", "read"]
+        # A failure after read is ignored.
+        failed = status(
+            wamid, "failed", now + 3, to, errors=[{"code": 131026, "title": "Message undeliverable"}]
+        )
+        post_signed(gateway, status_webhook(failed))
+        time.sleep(0.3)
+        assert gateway.message(message_id)["status"] == "read"
+    finally:
+        gateway.sim.configure(auto_statuses=True)
+
+
+def test_failed_is_final_and_carries_the_error(gateway: Gateway) -> None:
+    gateway.sim.configure(auto_statuses=False)
+    try:
+        message_id, wamid, to = sent_message(gateway)
+        now = int(time.time())
+        failed = status(
+            wamid,
+            "failed",
+            now,
+            to,
+            errors=[{"code": 131047, "title": "Re-engagement message", "message": "x"}],
+        )
+        post_signed(gateway, status_webhook(failed, status(wamid, "delivered", now + 1, to)))
+        message = gateway.wait_status(message_id, "failed")
+        time.sleep(0.3)
+        message = gateway.message(message_id)
+        assert message["status"] == "failed"
+        assert message["external_error"] == "131047: Re-engagement message"
+        assert [h["status"] for h in message["status_history"]] == ["sent", "failed"]
+    finally:
+        gateway.sim.configure(auto_statuses=True)
+
+
+def test_simulators_duplicated_and_reordered_statuses_end_in_order(gateway: Gateway) -> None:
+    gateway.sim.configure(duplicate_statuses=True, reorder_statuses=True, read_enabled=True)
+    try:
+        number = new_number()
+        message_id = gateway.otp(number).json()["id"]
+        message = gateway.wait_status(message_id, "read")
+        history = [h["status"] for h in message["status_history"]]
+        assert history[0] == "sent" and history[-1] == "read" and len(history) == len(set(history))
+    finally:
+        gateway.sim.configure(duplicate_statuses=False, reorder_statuses=False, read_enabled=False)
+
+
+def test_a_status_for_an_unknown_wamid_is_parked_until_the_message_is_known(gateway: Gateway) -> None:
+    from wagate.simulator.magic import MAGIC_SLOW
+
+    # The Cloud API's reply is lost (slower than our timeout), so we never learn the wamid from it.
+    gateway.sim.configure(auto_statuses=False, slow_response_seconds=3)
+    try:
+        message_id = gateway.otp(MAGIC_SLOW).json()["id"]
+
+        def ours() -> list[dict[str, Any]]:
+            return [
+                m for m in gateway.sim.messages(to=MAGIC_SLOW) if m["biz_opaque_callback_data"] == message_id
+            ]
+
+        [request] = wait_for(ours, what="the upstream request")
+        wamid, to, now = request["wamid"], request["to"], int(time.time())
+        # `delivered` arrives first and without our id: nothing to tie it to yet.
+        post_signed(gateway, status_webhook(status(wamid, "delivered", now + 1, to)))
+        time.sleep(0.3)
+        assert gateway.message(message_id)["upstream_message_id"] is None
+        # `sent` carries our id (biz_opaque_callback_data): it settles the send and the parked status applies.
+        post_signed(
+            gateway, status_webhook(status(wamid, "sent", now, to, biz_opaque_callback_data=message_id))
+        )
+        message = gateway.wait_status(message_id, "delivered")
+        assert message["upstream_message_id"] == wamid
+        time.sleep(3.5)  # past the grace period: a settled send is never sent again
+        assert len(ours()) == 1
+    finally:
+        gateway.sim.configure(auto_statuses=True, slow_response_seconds=30)

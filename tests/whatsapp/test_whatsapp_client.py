@@ -1,0 +1,236 @@
+"""The adapter against the simulator (and a few deliberately broken servers), over real sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from wagate.simulator import (
+    MAGIC_RATE_LIMITED,
+    MAGIC_SERVER_ERROR,
+    MAGIC_SLOW,
+    RunningServer,
+    SimulatorConfig,
+    create_simulator_app,
+    run_in_thread,
+)
+from wagate.whatsapp.client import CloudApiClient
+from wagate.whatsapp.errors import (
+    AuthError,
+    InvalidParameterError,
+    NotDelivered,
+    TemplateError,
+    ThrottlingError,
+    Unconfirmed,
+    is_retryable,
+)
+from wagate.whatsapp.payloads import (
+    SendResult,
+    authentication_components,
+    body_component,
+    header_component,
+    template_message,
+    text_message,
+    text_parameter,
+    url_button_component,
+)
+
+PHONE_NUMBER_ID = "106540352242922"
+TO = "994501234567"
+T = TypeVar("T")
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[RunningServer]:
+    config = SimulatorConfig(webhook_url=None, slow_response_seconds=3.0, auto_statuses=False)
+    with run_in_thread(create_simulator_app(config)) as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def reset(sim: RunningServer) -> None:
+    httpx.post(sim.base_url + "/_sim/reset").raise_for_status()
+
+
+def call(base_url: str, fn: Callable[[CloudApiClient], Awaitable[T]], timeout: float = 5.0) -> T:
+    async def run() -> T:
+        async with CloudApiClient(base_url, timeout=timeout) as client:
+            return await fn(client)
+
+    return asyncio.run(run())
+
+
+def send(sim: RunningServer, body: dict[str, Any], token: str = "token", timeout: float = 5.0) -> SendResult:
+    return call(sim.base_url + "/v23.0", lambda c: c.send_message(PHONE_NUMBER_ID, token, body), timeout)
+
+
+def test_text_and_templates_get_wamids(sim: RunningServer) -> None:
+    bodies = [
+        text_message(TO, "Hello", "msg_1"),
+        template_message(TO, "otp_code", "en", authentication_components("482913"), "msg_2"),
+        template_message(
+            TO, "order_update", "az", [body_component([text_parameter("A-1"), text_parameter("ok")])]
+        ),
+        template_message(
+            TO,
+            "spring_sale",
+            "en",
+            [
+                header_component([text_parameter("20% off")]),
+                body_component([text_parameter("20%")]),
+                url_button_component(0, "spring"),
+            ],
+        ),
+        template_message(
+            TO,
+            "welcome_named",
+            "en",
+            [body_component([text_parameter("Ann", "first_name"), text_parameter("A-7", "order_id")])],
+        ),
+        template_message(TO, "filler_007", "en"),
+    ]
+    results = [send(sim, body) for body in bodies]
+    assert all(r.wamid.startswith("wamid.") and r.wa_id == TO for r in results)
+    assert len({r.wamid for r in results}) == len(results)
+    log = httpx.get(sim.base_url + "/_sim/messages").json()["data"]
+    assert [entry["wamid"] for entry in log] == [r.wamid for r in results]
+    assert log[1]["body"] == bodies[1]
+    assert log[1]["biz_opaque_callback_data"] == "msg_2"
+
+
+def test_unknown_template_is_132001_with_404(sim: RunningServer) -> None:
+    with pytest.raises(TemplateError) as info:
+        send(sim, template_message(TO, "no_such_template", "en"))
+    assert info.value.code == 132001
+    assert info.value.http_status == 404
+    assert info.value.external_error == "132001: Template name does not exist in the translation"
+    assert not is_retryable(info.value)
+
+
+def test_not_approved_template_is_132001(sim: RunningServer) -> None:
+    with pytest.raises(TemplateError) as info:
+        send(sim, template_message(TO, "new_feature", "en"))
+    assert info.value.code == 132001
+
+
+def test_wrong_parameter_count_is_132000(sim: RunningServer) -> None:
+    with pytest.raises(TemplateError) as info:
+        send(sim, template_message(TO, "order_update", "en", [body_component([text_parameter("A-1")])]))
+    assert info.value.code == 132000
+    assert info.value.http_status == 400
+
+
+def test_authentication_template_without_button_parameter_is_rejected(sim: RunningServer) -> None:
+    body = template_message(TO, "otp_code", "en", [body_component([text_parameter("482913")])])
+    with pytest.raises(InvalidParameterError) as info:
+        send(sim, body)
+    assert info.value.code == 131008
+    assert "Button at index 0" in (info.value.details or "")
+
+
+def test_magic_rate_limited_is_retryable_throttling(sim: RunningServer) -> None:
+    with pytest.raises(ThrottlingError) as info:
+        send(sim, text_message(MAGIC_RATE_LIMITED, "hi"))
+    assert info.value.code == 130429
+    assert info.value.external_error == "130429: Rate limit hit"
+    assert is_retryable(info.value)
+
+
+def test_server_error_is_unconfirmed(sim: RunningServer) -> None:
+    with pytest.raises(Unconfirmed) as info:
+        send(sim, text_message(MAGIC_SERVER_ERROR, "hi"))
+    assert info.value.http_status == 500
+    assert not is_retryable(info.value)
+
+
+def test_slow_reply_is_unconfirmed_but_the_message_was_sent(sim: RunningServer) -> None:
+    with pytest.raises(Unconfirmed):
+        send(sim, text_message(MAGIC_SLOW, "hi", "msg_slow"), timeout=0.3)
+    log = httpx.get(sim.base_url + "/_sim/messages", params={"to": MAGIC_SLOW}).json()["data"]
+    assert [entry["biz_opaque_callback_data"] for entry in log] == ["msg_slow"]
+
+
+def test_bad_token_is_auth_error(sim: RunningServer) -> None:
+    httpx.post(sim.base_url + "/_sim/config", json={"access_tokens": ["good"]}).raise_for_status()
+    with pytest.raises(AuthError) as info:
+        send(sim, text_message(TO, "hi"), token="bad")
+    assert (info.value.code, info.value.http_status) == (190, 401)
+    assert "bad" not in str(info.value)
+    assert send(sim, text_message(TO, "hi"), token="good").wamid
+
+
+def test_fail_next_injects_errors_in_order(sim: RunningServer) -> None:
+    httpx.post(
+        sim.base_url + "/_sim/config", json={"fail_next": {"count": 2, "code": 503}}
+    ).raise_for_status()
+    for _ in range(2):
+        with pytest.raises(Unconfirmed):
+            send(sim, text_message(TO, "hi"))
+    assert send(sim, text_message(TO, "hi")).wamid
+
+
+def test_connection_refused_is_not_delivered() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    # Nothing listens on the port any more.
+    with pytest.raises(NotDelivered) as info:
+        call(f"http://127.0.0.1:{port}/v23.0", lambda c: c.send_message(PHONE_NUMBER_ID, "secret-token", {}))
+    assert is_retryable(info.value)
+    assert "secret-token" not in str(info.value) and "secret-token" not in repr(info.value)
+
+
+def test_list_templates_follows_paging(sim: RunningServer) -> None:
+    records = call(sim.base_url + "/v23.0", lambda c: c.list_templates("waba-1", "token", page_size=10))
+    names = [(r.name, r.language) for r in records]
+    assert len(names) == 37 == len(set(names))
+    by_name = {(r.name, r.language): r for r in records}
+    otp = by_name[("otp_code", "en")]
+    assert (otp.category, otp.status, otp.parameter_format) == ("AUTHENTICATION", "APPROVED", "POSITIONAL")
+    assert by_name[("welcome_named", "en")].parameter_format == "NAMED"
+    assert by_name[("old_promo", "en")].status == "REJECTED"
+    assert ("order_update", "az") in by_name
+    assert all(r.id for r in records)
+
+
+def _odd_server(status: int, body: bytes) -> Starlette:
+    async def handler(request: Request) -> Response:
+        return Response(body, status_code=status, media_type="application/json")
+
+    return Starlette(routes=[Route("/v23.0/{path:path}", handler, methods=["GET", "POST"])])
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "expected"),
+    [
+        (200, b"<html>not json</html>", Unconfirmed),
+        (200, b'{"messaging_product":"whatsapp","messages":[]}', Unconfirmed),
+        (429, b"", ThrottlingError),
+        (502, b"Bad gateway", Unconfirmed),
+    ],
+)
+def test_odd_replies(status: int, body: bytes, expected: type[Exception]) -> None:
+    with run_in_thread(_odd_server(status, body)) as server:
+        with pytest.raises(expected):
+            call(server.base_url + "/v23.0", lambda c: c.send_message(PHONE_NUMBER_ID, "t", {}))
+
+
+def test_one_session_is_reused_across_requests(sim: RunningServer) -> None:
+    async def run() -> None:
+        async with CloudApiClient(sim.base_url + "/v23.0") as client:
+            await client.send_message(PHONE_NUMBER_ID, "t", text_message(TO, "a"))
+            session = client._get_session()
+            await client.send_message(PHONE_NUMBER_ID, "t", text_message(TO, "b"))
+            assert client._get_session() is session
+        assert session.closed
+
+    asyncio.run(run())
