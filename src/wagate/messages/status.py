@@ -33,9 +33,12 @@ def apply_status(
     if not can_move(message.status, new):
         return None
     previous = message.status
-    when = at or utcnow()
+    stamp = isoformat(at or utcnow()) or ""
+    # Meta's timestamps have whole seconds, so `delivered` may read earlier than our own `sent`;
+    # history keeps time moving forward. (ISO strings of one format compare like the times.)
+    last = message.status_history[-1]["at"] if message.status_history else ""
     message.status = new
-    message.status_history = [*message.status_history, {"status": new.value, "at": isoformat(when) or ""}]
+    message.status_history = [*message.status_history, {"status": new.value, "at": max(stamp, last)}]
     if new is MessageStatus.failed:
         message.external_error = external_error
     message.updated_at = utcnow()

@@ -103,7 +103,10 @@ class ChannelLane:
             await asyncio.sleep(wait)
         allowed = min(self.limiter.available(), MAX_CLAIM)
         db = self.dispatcher.db
-        grace = self.dispatcher.settings.unconfirmed_send_grace_seconds
+        settings = self.dispatcher.settings
+        grace = settings.unconfirmed_send_grace_seconds
+        # In flight for at most the call's timeout; then the grace period for Meta's webhook.
+        lease = settings.upstream_timeout_seconds + grace
 
         async def claim(session: AsyncSession) -> list[sends.ClaimedSend]:
             return await sends.claim_sends(
@@ -111,7 +114,7 @@ class ChannelLane:
                 channel_id=self.channel_id,
                 limit=allowed,
                 worker_id=self.dispatcher.worker_id,
-                grace_seconds=grace,
+                lease_seconds=lease,
             )
 
         claimed = await db.write(claim)

@@ -22,8 +22,10 @@ class JobKind(enum.StrEnum):
 
 class JobState(enum.StrEnum):
     ready = "ready"
-    # The upstream call was recorded as started and its outcome is not known (the process died, the
-    # call timed out, Meta answered 5xx). Meta may have the message: see outbox.dispatcher.
+    # Claimed for an upstream call that is under way. Found past its lease, the process died during
+    # the call and nothing recorded its outcome.
+    in_flight = "in_flight"
+    # The call's answer left it open whether Meta has the message (timeout after sending, 5xx).
     unconfirmed = "unconfirmed"
 
 

@@ -27,8 +27,8 @@ class RetryPolicy:
 SEND_NOT_DELIVERED = RetryPolicy(max_attempts=20, base_delay=0.5, cap=300.0)
 # A channel that Meta throttles (130429, 131056) pauses all its sends for this long.
 CHANNEL_THROTTLED = RetryPolicy(max_attempts=1_000_000, base_delay=1.0, cap=60.0, jitter=0.1)
-# A send whose outcome is unknown is sent again at most this often, and only after the grace period
-# passed without any status webhook for it.
-SEND_UNCONFIRMED = RetryPolicy(max_attempts=3, base_delay=0.0)
+# A send orphaned by a crash mid-call is sent again at most this often, and only after its grace
+# period passed without any status webhook for it.
+SEND_ORPHANED = RetryPolicy(max_attempts=3, base_delay=0.0)
 # Background jobs (Meta webhook processing, template sync, purges).
 BACKGROUND = RetryPolicy(max_attempts=50, base_delay=1.0, cap=600.0)

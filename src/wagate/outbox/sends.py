@@ -1,9 +1,10 @@
 """The send job: claim a channel's due sends, call the Cloud API, record what happened.
 
-The claim is the attempt record: it marks the rows `unconfirmed` and commits before any HTTP call, so a
-process killed mid-call leaves rows whose outcome is unknown rather than rows that look unsent. Such a
-row is settled by Meta's status webhook (which carries our message id in `biz_opaque_callback_data`) or,
-when none comes within the grace period, sent again (see `release_unconfirmed`).
+The claim is the attempt record: it marks the rows `in_flight` and commits before any HTTP call, so a
+process killed mid-call leaves rows whose outcome is unknown rather than rows that look unsent. Meta's
+status webhooks carry our message id in `biz_opaque_callback_data`, so whichever of them arrives settles
+such a row (`settle_sends`); what the grace period does with one that stays unsettled is in
+`release_unconfirmed`. Only a send that certainly did not reach Meta is retried at once.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from wagate.db import dialect_name, utcnow
 from wagate.messages.models import Message, MessageStatus, ParkedStatus
 from wagate.messages.status import StatusChange, apply_status
 from wagate.outbox.models import JobKind, JobState, OutboxJob
-from wagate.outbox.retry import SEND_NOT_DELIVERED, SEND_UNCONFIRMED
+from wagate.outbox.retry import SEND_NOT_DELIVERED, SEND_ORPHANED
 
-UNCONFIRMED_ERROR = "upstream_unconfirmed: WhatsApp did not confirm the message"
+UNCONFIRMED_ERROR = "upstream_unconfirmed: WhatsApp neither accepted nor rejected the message"
 
 
 @dataclass(frozen=True)
@@ -65,8 +66,9 @@ Outcome = Sent | Retry | Unknown | Rejected
 
 
 async def claim_sends(
-    session: AsyncSession, *, channel_id: int, limit: int, worker_id: str, grace_seconds: float
+    session: AsyncSession, *, channel_id: int, limit: int, worker_id: str, lease_seconds: float
 ) -> list[ClaimedSend]:
+    """Take up to `limit` due sends of the channel, best priority first, and record the attempt."""
     now = utcnow()
     due = (
         select(OutboxJob.id)
@@ -86,10 +88,10 @@ async def claim_sends(
             update(OutboxJob)
             .where(OutboxJob.id.in_(due))
             .values(
-                state=JobState.unconfirmed,
+                state=JobState.in_flight,
                 attempts=OutboxJob.attempts + 1,
                 locked_by=worker_id,
-                locked_until=now + timedelta(seconds=grace_seconds),
+                locked_until=now + timedelta(seconds=lease_seconds),
             )
             .returning(
                 OutboxJob.id, OutboxJob.message_id, OutboxJob.payload, OutboxJob.attempts, OutboxJob.priority
@@ -140,7 +142,11 @@ async def record_outcomes(
             await session.execute(
                 update(OutboxJob)
                 .where(OutboxJob.id == outcome.send.job_id)
-                .values(last_error=outcome.error[:1000], locked_until=now + timedelta(seconds=grace_seconds))
+                .values(
+                    state=JobState.unconfirmed,
+                    last_error=outcome.error[:1000],
+                    locked_until=now + timedelta(seconds=grace_seconds),
+                )
             )
     return changes
 
@@ -159,11 +165,14 @@ async def apply_parked_statuses(session: AsyncSession, wamids: list[str]) -> lis
 
 
 async def release_unconfirmed(session: AsyncSession) -> list[StatusChange]:
-    """Settle sends whose outcome stayed unknown past the grace period.
+    """Settle sends whose outcome stayed unknown past their grace period, with no status webhook.
 
-    One that a status webhook has since tied to a wamid is done. One with no trace at Meta is sent
-    again (Meta reports `sent` within seconds of accepting a message, so silence means it never got
-    there), up to a limit; past it the message fails, so that a caller polling it learns the truth.
+    `in_flight` past its lease: the process died between recording the attempt and recording the
+    answer. Had Meta taken the message, its status webhooks (retried by Meta until we answer) would
+    have settled it by now, so it is sent again, a bounded number of times.
+    `unconfirmed`: Meta answered in a way that leaves it open (timeout, 5xx). It is not sent blindly
+    a second time; the message fails with `upstream_unconfirmed`, so a caller polling it (or its
+    `after_seconds` callback) can fall back, e.g. to SMS.
     """
     now = utcnow()
     rows = (
@@ -172,7 +181,7 @@ async def release_unconfirmed(session: AsyncSession) -> list[StatusChange]:
             .join(Message, Message.id == OutboxJob.message_id)
             .where(
                 OutboxJob.kind == JobKind.send_message,
-                OutboxJob.state == JobState.unconfirmed,
+                OutboxJob.state.in_([JobState.in_flight, JobState.unconfirmed]),
                 OutboxJob.locked_until < now,
             )
             .limit(500)
@@ -180,18 +189,19 @@ async def release_unconfirmed(session: AsyncSession) -> list[StatusChange]:
     ).all()
     changes: list[StatusChange] = []
     for job, message in rows:
-        if message.upstream_message_id is not None or message.status is MessageStatus.failed:
-            await session.delete(job)
-        elif SEND_UNCONFIRMED.exhausted(job.attempts):
-            change = apply_status(message, MessageStatus.failed, external_error=UNCONFIRMED_ERROR)
-            if change:
-                changes.append(change)
-            await session.delete(job)
-        else:
+        settled = message.upstream_message_id is not None or message.status is MessageStatus.failed
+        resend = job.state is JobState.in_flight and not SEND_ORPHANED.exhausted(job.attempts)
+        if not settled and resend:
             job.state = JobState.ready
             job.run_at = now
             job.locked_by = None
             job.locked_until = None
+            continue
+        if not settled:
+            change = apply_status(message, MessageStatus.failed, external_error=UNCONFIRMED_ERROR)
+            if change:
+                changes.append(change)
+        await session.delete(job)
     await session.flush()
     return changes
 
@@ -202,7 +212,7 @@ async def settle_sends(session: AsyncSession, message_ids: list[str]) -> None:
         await session.execute(
             delete(OutboxJob).where(
                 OutboxJob.kind == JobKind.send_message,
-                OutboxJob.state == JobState.unconfirmed,
+                OutboxJob.state.in_([JobState.in_flight, JobState.unconfirmed]),
                 OutboxJob.message_id.in_(message_ids),
             )
         )
