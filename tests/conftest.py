@@ -4,7 +4,9 @@ import asyncio
 import os
 import secrets
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psycopg
@@ -106,21 +108,28 @@ def gateway_settings(
     )
 
 
+@contextmanager
+def running_gateway(
+    database_url: str, simulator: Simulator, spec: dict[str, Any] | None = None, **settings: Any
+) -> Iterator[Gateway]:
+    """A migrated, provisioned gateway serving on a loopback port, with the simulator's webhooks aimed at it."""
+    config = gateway_settings(database_url, simulator, Fernet.generate_key().decode(), **settings)
+    migrate(database_url)
+    provisioned = asyncio.run(run_provision(config, ProvisionFile.model_validate(spec or provision_file())))
+    accounts = {a["name"]: a for a in provisioned["accounts"]}
+    ids = {c["name"].lower(): c["channel_id"] for a in accounts.values() for c in a["channels"]}
+    ids["globex_channel"] = accounts["Globex"]["channels"][0]["channel_id"]
+    ids.update(acme=accounts["Acme"]["account_id"], globex=accounts["Globex"]["account_id"])
+    url, stop = start_in_thread(create_app(config))
+    simulator.configure(webhook_url=f"{url}/webhooks/whatsapp")
+    try:
+        with httpx.Client(timeout=10) as http:
+            yield Gateway(url, http, simulator, database_url, ids)
+    finally:
+        stop()
+
+
 @pytest.fixture(scope="module")
 def gateway(database_url: str, simulator: Simulator) -> Iterator[Gateway]:
-    settings = gateway_settings(database_url, simulator, Fernet.generate_key().decode())
-    migrate(database_url)
-    provisioned = asyncio.run(run_provision(settings, ProvisionFile.model_validate(provision_file())))
-    acme, globex = provisioned["accounts"]
-    ids = {
-        "acme": acme["account_id"],
-        "main": acme["channels"][0]["channel_id"],
-        "second": acme["channels"][1]["channel_id"],
-        "globex": globex["account_id"],
-        "globex_channel": globex["channels"][0]["channel_id"],
-    }
-    url, stop = start_in_thread(create_app(settings))
-    simulator.configure(webhook_url=f"{url}/webhooks/whatsapp")
-    with httpx.Client(timeout=10) as http:
-        yield Gateway(url, http, simulator, database_url, ids)
-    stop()
+    with running_gateway(database_url, simulator) as running:
+        yield running

@@ -133,3 +133,7 @@ def simulator(
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":
+    main()

@@ -8,7 +8,7 @@ import hmac
 import secrets
 from pathlib import Path
 
-from cryptography.fernet import Fernet
+from cryptography.fernet import Fernet, InvalidToken
 
 API_KEY_PREFIX = "wg_"
 _SCRYPT = {"n": 2**14, "r": 8, "p": 1}
@@ -62,3 +62,12 @@ class SecretBox:
 
     def decrypt(self, token: str) -> str:
         return self._fernet.decrypt(token.encode()).decode()
+
+    def matches(self, token: str | None, plain: str) -> bool:
+        """Whether `token` encrypts `plain` under this key (False when made with another key)."""
+        if token is None:
+            return False
+        try:
+            return self.decrypt(token) == plain
+        except InvalidToken:
+            return False

@@ -172,3 +172,18 @@ def test_idempotency_keys_are_scoped_to_the_api_key(gateway: Gateway) -> None:
     second = gateway.send(body, token=AGENT_TOKEN, **{"Idempotency-Key": "shared-key"})
     assert first.status_code == second.status_code == 201
     assert first.json()["id"] != second.json()["id"]
+
+
+def test_an_ambiguous_answer_is_not_sent_again(gateway: Gateway) -> None:
+    # Meta answers 500 once: it may or may not have the message, so no blind second send. With no
+    # status webhook within the grace period the message fails, and the caller can fall back.
+    gateway.sim.configure(fail_next={"count": 1, "code": 500})
+    number = new_number()
+    message_id = gateway.otp(number).json()["id"]
+    try:
+        message = gateway.wait_status(message_id, "failed", timeout=15)
+    except AssertionError:
+        print(gateway.message(message_id), gateway.sim.messages(to=number))
+        raise
+    assert message["external_error"].startswith("upstream_unconfirmed: ")
+    assert gateway.sim.messages(to=number) == []  # a second try would have gone through

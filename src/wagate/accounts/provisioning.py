@@ -121,10 +121,7 @@ async def _channel(
     channel.phone_number = business_number(spec.phone_number)
     channel.waba_id = spec.waba_id
     channel.messages_per_second = spec.messages_per_second
-    if (
-        channel.access_token_encrypted is None
-        or box.decrypt(channel.access_token_encrypted) != spec.access_token
-    ):
+    if not box.matches(channel.access_token_encrypted, spec.access_token):
         channel.access_token_encrypted = box.encrypt(spec.access_token)
     await session.flush()
     wanted = set()
