@@ -67,10 +67,9 @@ def test_a_channel_never_gets_more_than_its_rate(paced: Gateway) -> None:
     sent = wait_for(arrived, timeout=15, what="all paced sends")
     elapsed = time.monotonic() - started
     assert max_in_any_second([m["received_at"] for m in sent]) <= RATE
-    # 15 messages at 5/s need at least two full seconds after the first five.
+    # 15 messages at 5/s need at least two full seconds after the first five. (How close to the
+    # allowance the pacing gets is measured by bench/, not asserted here.)
     assert elapsed >= 2.0
-    # ...and pacing does not waste the channel's allowance: about 3 s, not much more.
-    assert elapsed < 6.0
 
 
 def test_templates_are_synced_periodically(paced: Gateway) -> None:

@@ -25,6 +25,7 @@ from wagate.ids import new_id
 from wagate.messages.models import Direction, Message, MessageStatus, SentAs
 from wagate.messages.schemas import SendMessageRequest, TemplateRef, message_view
 from wagate.outbox.models import JobKind, OutboxJob, Priority
+from wagate.outbox.notify import notify_outbox
 from wagate.phones import normalize_phone_number, whatsapp_digits
 from wagate.security import SecretBox
 from wagate.templates.models import Template
@@ -199,6 +200,7 @@ async def store_send(session: AsyncSession, send: PreparedSend) -> Message:
             created_at=now,
         )
     )
+    await notify_outbox(session, send.channel_id)
     await session.flush()
     return message
 

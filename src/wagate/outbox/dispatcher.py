@@ -25,6 +25,7 @@ from wagate.outbox import jobs, sends
 from wagate.outbox.leases import acquire_channel_leases
 from wagate.outbox.limiter import SlidingWindowLimiter
 from wagate.outbox.models import JobKind, JobState, OutboxJob
+from wagate.outbox.notify import listen_outbox
 from wagate.outbox.retry import CHANNEL_THROTTLED
 from wagate.security import SecretBox
 from wagate.whatsapp.client import CloudApiClient
@@ -162,6 +163,7 @@ class Dispatcher:
         self._lanes_needed = True
         self._last_maintenance = 0.0
         self._task: asyncio.Task[None] | None = None
+        self._listener: asyncio.Task[None] | None = None
 
     def wake(self, channel_id: int | None = None) -> None:
         lane = self.lanes.get(channel_id) if channel_id is not None else None
@@ -174,11 +176,12 @@ class Dispatcher:
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="wagate-dispatcher")
+        if not self.db.is_sqlite:
+            self._listener = asyncio.create_task(listen_outbox(self.db.url, self.wake), name="wagate-listen")
 
     async def stop(self) -> None:
         tasks = [lane.task for lane in self.lanes.values()]
-        if self._task is not None:
-            tasks.append(self._task)
+        tasks += [t for t in (self._task, self._listener) if t is not None]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

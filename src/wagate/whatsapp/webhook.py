@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from wagate.db import utcnow
 from wagate.outbox.models import JobKind, OutboxJob, Priority
+from wagate.outbox.notify import notify_outbox
 from wagate.whatsapp.payloads import MalformedWebhook, parse_webhook
 from wagate.whatsapp.signature import verify
 
@@ -55,6 +56,7 @@ async def receive(request: Request) -> Response:
         session.add(
             OutboxJob(kind=JobKind.meta_webhook, priority=Priority.background, payload=body, run_at=utcnow())
         )
+        await notify_outbox(session, None)
         await session.flush()
 
     await state.db.write(store)

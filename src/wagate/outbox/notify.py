@@ -1,0 +1,54 @@
+"""Cross-process wake-ups on PostgreSQL: NOTIFY in the transaction that adds outbox rows, LISTEN in workers.
+
+Within one process the API wakes the dispatcher directly; this is for `wagate serve --no-dispatcher`
+API processes and separate `wagate worker`s, which would otherwise find new rows only by polling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable
+
+import psycopg
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from wagate.db import dialect_name
+
+log = logging.getLogger(__name__)
+CHANNEL = "wagate_outbox"
+
+
+async def notify_outbox(session: AsyncSession, channel_id: int | None) -> None:
+    """Tell listening workers that outbox rows (for this channel, if given) are due; sent on commit.
+
+    The payload names this process, whose own dispatcher was already woken without the round trip.
+    """
+    if dialect_name(session) == "postgresql":
+        payload = f"{os.getpid()}:{channel_id or ''}"
+        await session.execute(text("SELECT pg_notify(:c, :p)"), {"c": CHANNEL, "p": payload})
+
+
+def libpq_url(url: str) -> str:
+    return url.replace("postgresql+psycopg://", "postgresql://", 1)
+
+
+async def listen_outbox(url: str, wake: Callable[[int | None], None]) -> None:
+    """Call `wake` for every notification until cancelled; reconnects after a lost connection."""
+    own_pid = str(os.getpid())
+    while True:
+        try:
+            async with await psycopg.AsyncConnection.connect(libpq_url(url), autocommit=True) as conn:
+                await conn.execute(f"LISTEN {CHANNEL}")
+                wake(None)  # rows may have arrived while we were not listening
+                async for note in conn.notifies():
+                    sender, _, channel = note.payload.partition(":")
+                    if sender != own_pid:
+                        wake(int(channel) if channel.isdigit() else None)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("outbox LISTEN connection lost (%r); reconnecting", exc)
+            await asyncio.sleep(1.0)
