@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from cryptography.fernet import Fernet
+
 from support import APP_SECRET, MAIN, Simulator, provision_file
 
 WAGATE = [sys.executable, "-m", "wagate.cli"]

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
 from conftest import running_gateway
 from support import Gateway, Simulator, new_number, provision_file, wait_for
 

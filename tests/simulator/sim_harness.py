@@ -32,6 +32,7 @@ from wagate.whatsapp.signature import SIGNATURE_HEADER, verify
 APP_SECRET = "test-app-secret"
 PHONE_NUMBER_ID = "106540352242922"
 WABA_ID = "102290129340398"
+TOKEN = "token"
 
 
 class Receiver:
@@ -97,7 +98,7 @@ class Harness:
         return response.json()
 
     def send(
-        self, body: dict[str, Any], token: str = "token", phone_number_id: str = PHONE_NUMBER_ID
+        self, body: dict[str, Any], token: str = TOKEN, phone_number_id: str = PHONE_NUMBER_ID
     ) -> httpx.Response:
         return self.http.post(
             f"{self.graph_url}/{phone_number_id}/messages",

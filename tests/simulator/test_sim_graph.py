@@ -10,6 +10,7 @@ import pytest
 from sim_harness import PHONE_NUMBER_ID, WABA_ID, Harness
 
 from wagate.simulator import MAGIC_NUMBERS, Fault, fault_for
+from wagate.simulator.state import max_in_window
 from wagate.whatsapp.payloads import body_component, template_message, text_message, text_parameter
 
 TO = "994501234567"
@@ -151,10 +152,16 @@ def test_replaced_templates_apply_to_the_registered_number(harness: Harness) -> 
 
 def test_rate_limit_per_second_and_stats(harness: Harness) -> None:
     harness.control("POST", "/_sim/config", json={"rate_limit_per_second": 5, "auto_statuses": False})
-    codes = [harness.send(text_message(TO, str(i))).status_code for i in range(8)]
+    responses = []
+    for i in range(50):
+        responses.append(harness.send(text_message(TO, str(i))))
+        if responses[-1].status_code != 200:
+            break
+    codes = [r.status_code for r in responses]
+    # The window cannot be full before five sends were accepted; a slow machine may accept more.
     assert codes[:5] == [200] * 5
-    rejected = [harness.send(text_message(TO, "again")) for _ in range(2)]
-    assert all(r.status_code == 400 and r.json()["error"]["code"] == 130429 for r in rejected)
+    assert codes[-1] == 400
+    assert responses[-1].json()["error"]["code"] == 130429
     stats = harness.control("GET", "/_sim/stats")["phone_number_ids"][PHONE_NUMBER_ID]
     assert stats["total"] == codes.count(200)
     assert stats["max_in_any_1s_window"] <= 5
@@ -206,3 +213,9 @@ def test_config_rejects_unknown_switches(harness: Harness) -> None:
         harness.control("POST", "/_sim/config", json={"rate_limit_per_second": None})["rate_limit_per_second"]
         is None
     )
+
+
+def test_max_in_window_is_a_sliding_half_open_second() -> None:
+    assert max_in_window([]) == 0
+    assert max_in_window([0.0, 0.5, 0.99, 1.0, 1.5]) == 3
+    assert max_in_window([2.0, 0.0, 1.0]) == 1

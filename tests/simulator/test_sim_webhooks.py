@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sim_harness import APP_SECRET, PHONE_NUMBER_ID, WABA_ID, Harness, Receiver
+
 from wagate.simulator import (
     MAGIC_FAILED_THEN_DELIVERED,
     MAGIC_REENGAGEMENT,

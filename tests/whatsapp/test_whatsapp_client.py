@@ -46,6 +46,7 @@ from wagate.whatsapp.payloads import (
 
 PHONE_NUMBER_ID = "106540352242922"
 TO = "994501234567"
+TOKEN = "token"
 T = TypeVar("T")
 
 
@@ -69,7 +70,7 @@ def call(base_url: str, fn: Callable[[CloudApiClient], Awaitable[T]], timeout: f
     return asyncio.run(run())
 
 
-def send(sim: RunningServer, body: dict[str, Any], token: str = "token", timeout: float = 5.0) -> SendResult:
+def send(sim: RunningServer, body: dict[str, Any], token: str = TOKEN, timeout: float = 5.0) -> SendResult:
     return call(sim.base_url + "/v23.0", lambda c: c.send_message(PHONE_NUMBER_ID, token, body), timeout)
 
 
@@ -219,9 +220,8 @@ def _odd_server(status: int, body: bytes) -> Starlette:
     ],
 )
 def test_odd_replies(status: int, body: bytes, expected: type[Exception]) -> None:
-    with run_in_thread(_odd_server(status, body)) as server:
-        with pytest.raises(expected):
-            call(server.base_url + "/v23.0", lambda c: c.send_message(PHONE_NUMBER_ID, "t", {}))
+    with run_in_thread(_odd_server(status, body)) as server, pytest.raises(expected):
+        call(server.base_url + "/v23.0", lambda c: c.send_message(PHONE_NUMBER_ID, "t", {}))
 
 
 def test_one_session_is_reused_across_requests(sim: RunningServer) -> None:
@@ -234,3 +234,13 @@ def test_one_session_is_reused_across_requests(sim: RunningServer) -> None:
         assert session.closed
 
     asyncio.run(run())
+
+
+def test_fail_next_can_target_one_recipient(sim: RunningServer) -> None:
+    other = "994551234567"
+    target = {"count": 1, "code": 500, "to": "+" + other}
+    httpx.post(sim.base_url + "/_sim/config", json={"fail_next": target}).raise_for_status()
+    assert send(sim, text_message(TO, "not targeted")).wamid
+    with pytest.raises(Unconfirmed):
+        send(sim, text_message(other, "targeted"))
+    assert send(sim, text_message(other, "used up")).wamid

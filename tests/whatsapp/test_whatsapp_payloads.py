@@ -25,7 +25,8 @@ FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def load(name: str) -> dict[str, Any]:
-    return json.loads((FIXTURES / name).read_text())
+    data: dict[str, Any] = json.loads((FIXTURES / name).read_text())
+    return data
 
 
 def test_sent_status() -> None:

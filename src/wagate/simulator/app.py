@@ -3,11 +3,11 @@
 Point the gateway's adapter at ``http://HOST:PORT/v23.0``. It answers sends with ``wamid.`` ids,
 sends HMAC-signed status webhooks back to ``webhook_url``, lists templates with cursor paging, and
 fails the way Meta does: on magic recipient numbers (:mod:`wagate.simulator.magic`) and on switches
-set through the ``/_sim/`` control endpoints (:mod:`wagate.simulator.control`):
+set through the ``/_sim/`` control endpoints (:mod:`wagate.simulator.control`).
 
-- ``POST /_sim/reset``; ``GET|POST /_sim/config``; ``GET /_sim/messages``; ``GET /_sim/stats``;
-  ``GET /_sim/idle``; ``GET|POST /_sim/channels``; ``GET|PUT /_sim/templates/{waba_id}``;
-  ``POST /_sim/inbound``; ``POST /_sim/statuses``.
+A phone_number_id that was never registered through ``POST /_sim/channels`` gets a WABA of its own
+(with the same id), seeded with :mod:`wagate.simulator.templates`; register channels so that sends
+and template listings of one WABA see the same templates.
 """
 
 from __future__ import annotations

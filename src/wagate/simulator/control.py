@@ -1,7 +1,26 @@
 """``/_sim/`` control endpoints: inspect what was sent, switch behaviours, push webhooks by hand.
 
-Bodies are pydantic models with ``extra="forbid"``, so a mistyped switch name is a 422 instead of a
-silently ignored setting.
+- ``POST /_sim/reset``: drop the log, pending webhooks, injected failures and replaced templates, and
+  restore the startup switches. The webhook URL and registered channels are wiring and stay.
+- ``GET /_sim/config``; ``POST /_sim/config`` with any of ``webhook_url``, ``app_secret``,
+  ``status_delays {sent, delivered, read}``, ``read_enabled``, ``reorder_statuses``,
+  ``duplicate_statuses``, ``auto_statuses``, ``rate_limit_per_second`` (null = off),
+  ``access_tokens`` (null = any), ``fail_next {count, code, to?, phone_number_id?}`` (the next
+  ``count`` sends, only those to ``to`` / from ``phone_number_id`` when given: 5xx codes answer with
+  that HTTP status, 408 accepts but replies late, other codes answer Meta's error with that code),
+  ``slow_response_seconds``, ``webhook_retry_total|initial|cap``, ``webhook_timeout``.
+- ``GET /_sim/messages?phone_number_id=&to=&wamid=``: accepted sends, oldest first.
+- ``GET /_sim/stats``: sends per phone_number_id per wall-clock second, the most in any sliding 1 s
+  window, and webhook counters; ``GET /_sim/idle?seconds=5`` waits until no webhook is pending.
+- ``GET|POST /_sim/channels`` ``{phone_number_id, waba_id, display_phone_number}``.
+- ``GET|PUT /_sim/templates/{waba_id}`` with ``{"data": [template, ...]}`` (Meta's listing shape).
+- ``POST /_sim/inbound`` ``{phone_number_id, from, text, name?, timestamp?}``: a customer message.
+- ``POST /_sim/statuses`` ``{phone_number_id, wamid, status, recipient_id?, biz_opaque_callback_data?,
+  errors?, pricing_category?, timestamp?}``: any status webhook; missing fields come from the log.
+
+Both webhook pushes try once at once and report ``delivered``; a failed attempt keeps retrying in
+the background. Bodies are pydantic models with ``extra="forbid"``, so a mistyped switch name is a
+422 instead of a silently ignored setting.
 """
 
 from __future__ import annotations
@@ -13,7 +32,7 @@ from typing import Any
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
-from wagate.simulator.state import ChannelInfo, SimulatorState, StatusDelays, new_wamid
+from wagate.simulator.state import ChannelInfo, InjectedFailure, SimulatorState, StatusDelays, new_wamid
 from wagate.simulator.templates import with_ids
 from wagate.simulator.webhooks import WebhookSender, error_item, inbound_payload, status_payload
 
@@ -31,6 +50,8 @@ class DelaysPatch(_Body):
 class FailNext(_Body):
     count: int = Field(ge=0)
     code: int
+    to: str | None = None
+    phone_number_id: str | None = None
 
 
 class ConfigPatch(_Body):
@@ -130,8 +151,9 @@ def build_control_router(state: SimulatorState, sender: WebhookSender) -> APIRou
                 read=_pick(patch.status_delays.read, delays.read),
             )
         if patch.fail_next is not None:
-            state.fail_next_count = patch.fail_next.count
-            state.fail_next_code = patch.fail_next.code
+            fail = patch.fail_next
+            to = "".join(ch for ch in fail.to if ch.isdigit()) if fail.to else None
+            state.fail_next = InjectedFailure(fail.count, fail.code, to, fail.phone_number_id)
         return config.public()
 
     @router.get("/messages")

@@ -74,13 +74,16 @@ def build_graph_router(state: SimulatorState, sender: WebhookSender) -> APIRoute
     async def send_message(version: str, phone_number_id: str, request: Request) -> Response:
         try:
             check_bearer(request.headers.get("authorization"), state.config.access_tokens)
-            injected = state.take_injected_failure()
-            if injected is not None and injected != 408:
-                raise error_for_code(injected)
             try:
                 body = orjson.loads(await request.body())
             except orjson.JSONDecodeError:
                 raise GraphError(400, 100, "Invalid parameter", "Request body is not valid JSON.") from None
+            raw_to = body.get("to") if isinstance(body, dict) else None
+            to_digits = "".join(ch for ch in raw_to if ch.isdigit()) if isinstance(raw_to, str) else ""
+            # Injected failures come before validation: they stand for Meta's side failing.
+            injected = state.take_injected_failure(phone_number_id, to_digits)
+            if injected is not None and injected != 408:
+                raise error_for_code(injected)
             channel = state.channel(phone_number_id)
             valid = validate_send(body, state.templates_for(channel.waba_id))
             fault = fault_for(valid.wa_id)

@@ -91,6 +91,25 @@ class SentRecord:
 
 
 @dataclass
+class InjectedFailure:
+    """``fail_next``: the next ``count`` matching sends fail with ``code``.
+
+    ``to`` / ``phone_number_id`` narrow it to one recipient or number, so a send of another test
+    still in flight cannot use the failure up.
+    """
+
+    count: int
+    code: int
+    to: str | None = None  # digits, no '+'
+    phone_number_id: str | None = None
+
+    def matches(self, phone_number_id: str, to_digits: str) -> bool:
+        return (self.to is None or self.to == to_digits) and (
+            self.phone_number_id is None or self.phone_number_id == phone_number_id
+        )
+
+
+@dataclass
 class WebhookCounters:
     delivered: int = 0
     failed_attempts: int = 0
@@ -106,8 +125,7 @@ class SimulatorState:
         self.log: list[SentRecord] = []
         self.by_wamid: dict[str, SentRecord] = {}
         self._recent: dict[str, deque[float]] = {}
-        self.fail_next_count = 0
-        self.fail_next_code = 0
+        self.fail_next: InjectedFailure | None = None
         self.counters = WebhookCounters()
 
     def reset(self) -> None:
@@ -119,8 +137,7 @@ class SimulatorState:
         self.log.clear()
         self.by_wamid.clear()
         self._recent.clear()
-        self.fail_next_count = 0
-        self.fail_next_code = 0
+        self.fail_next = None
         self.counters = WebhookCounters()
 
     def channel(self, phone_number_id: str) -> ChannelInfo:
@@ -137,11 +154,12 @@ class SimulatorState:
             templates = self.templates[waba_id] = seed_for(waba_id)
         return templates
 
-    def take_injected_failure(self) -> int | None:
-        if self.fail_next_count <= 0:
+    def take_injected_failure(self, phone_number_id: str, to_digits: str) -> int | None:
+        failure = self.fail_next
+        if failure is None or failure.count <= 0 or not failure.matches(phone_number_id, to_digits):
             return None
-        self.fail_next_count -= 1
-        return self.fail_next_code
+        failure.count -= 1
+        return failure.code
 
     def over_rate_limit(self, phone_number_id: str, now: float) -> bool:
         limit = self.config.rate_limit_per_second

@@ -104,7 +104,9 @@ def error_item(code: int, title: str, details: str) -> dict[str, Any]:
 def inbound_payload(
     channel: ChannelInfo, *, wamid: str, wa_id: str, text: str, name: str | None, timestamp: int
 ) -> dict[str, Any]:
-    contact: dict[str, Any] = {"profile": {"name": name or ""}, "wa_id": wa_id}
+    contact: dict[str, Any] = {"wa_id": wa_id}
+    if name:
+        contact = {"profile": {"name": name}, "wa_id": wa_id}
     message = {
         "from": wa_id,
         "id": wamid,
@@ -229,12 +231,11 @@ class WebhookSender:
         pricing_category: str | None,
     ) -> None:
         config = self.state.config
-        ordered = list(reversed(steps)) if config.reorder_statuses else list(steps)
+        ordered = steps
         if config.reorder_statuses:
-            # Keep the original timing slots, only swap which status goes into which slot.
+            # Keep the timing slots and put the statuses into them backwards (read before sent).
             ordered = [
-                StatusStep(slot.delay, step.status, step.error)
-                for slot, step in zip(steps, ordered, strict=True)
+                StatusStep(slot.delay, s.status, s.error) for slot, s in zip(steps, steps[::-1], strict=True)
             ]
         copies = 2 if config.duplicate_statuses else 1
         started = time.monotonic()

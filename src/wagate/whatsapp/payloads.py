@@ -174,7 +174,7 @@ def _profile_name(wa_id: str, contacts: list[dict[str, Any]]) -> str | None:
     if chosen is None:
         return None
     profile = chosen.get("profile")
-    return _optional_str(profile, "name") if isinstance(profile, dict) else None
+    return (_optional_str(profile, "name") or None) if isinstance(profile, dict) else None
 
 
 @dataclass(frozen=True, slots=True)
