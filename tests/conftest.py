@@ -112,7 +112,7 @@ def gateway_settings(
 def running_gateway(
     database_url: str, simulator: Simulator, spec: dict[str, Any] | None = None, **settings: Any
 ) -> Iterator[Gateway]:
-    """A migrated, provisioned gateway serving on a loopback port, with the simulator's webhooks aimed at it."""
+    """A migrated, provisioned gateway on a loopback port, the simulator's webhooks aimed at it."""
     config = gateway_settings(database_url, simulator, Fernet.generate_key().decode(), **settings)
     migrate(database_url)
     provisioned = asyncio.run(run_provision(config, ProvisionFile.model_validate(spec or provision_file())))
