@@ -183,3 +183,22 @@ def test_an_ambiguous_answer_is_not_sent_again(gateway: Gateway) -> None:
     message = gateway.wait_status(message_id, "failed", timeout=15)
     assert message["external_error"].startswith("upstream_unconfirmed: ")
     assert gateway.sim.messages(to=number) == []  # a second try would have gone through
+
+
+def test_concurrent_repeats_of_one_idempotency_key_send_once(gateway: Gateway) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    number = new_number()
+    body = {"phone_number": number, "template": OTP}
+
+    def attempt(_: int) -> tuple[int, Any]:
+        response = gateway.send(body, **{"Idempotency-Key": f"burst-{number}"})
+        return response.status_code, response.json()
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(attempt, range(16)))
+    accepted = {r["id"] for status, r in results if status == 201}
+    assert len(accepted) == 1, results
+    assert all(status == 201 or r["error"]["code"] == "idempotency_key_in_use" for status, r in results)
+    upstream(gateway, number)
+    assert len(gateway.sim.messages(to=number)) == 1
