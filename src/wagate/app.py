@@ -11,12 +11,13 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy import text
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from wagate.channels.endpoints import router as channels_router
 from wagate.config import Settings, get_settings
 from wagate.db import Database, sqlite_path
-from wagate.errors import InvalidRequest, MethodNotAllowed, NotFound, WagateError
+from wagate.errors import InvalidRequest, MethodNotAllowed, NotFound, NotReady, WagateError
 from wagate.idempotency.service import InFlightKeys
 from wagate.messages.endpoints import router as messages_router
 from wagate.outbox.dispatcher import Dispatcher
@@ -116,6 +117,19 @@ def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True)
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, Any]:
+        """Liveness: the process answers."""
         return {"status": "ok"}
+
+    @app.get("/readyz", include_in_schema=False)
+    async def readyz(request: Request) -> JSONResponse:
+        """Readiness: the database answers (503 `not_ready` otherwise)."""
+        try:
+            async with request.app.state.db.read() as session:
+                await session.execute(text("SELECT 1"))
+        except Exception as exc:
+            log.warning("readiness check failed: %r", exc)
+            error = NotReady()
+            return JSONResponse(error.body(), status_code=error.status_code)
+        return JSONResponse({"status": "ready"})
 
     return app

@@ -111,3 +111,8 @@ def test_openapi_is_published(gateway: Gateway) -> None:
     spec = gateway.http.get(f"{gateway.url}/openapi.json").json()
     assert "/v1/accounts/{account_id}/whatsapp/messages" in spec["paths"]
     assert gateway.http.get(f"{gateway.url}/docs").status_code == 200
+
+
+def test_health_and_readiness(gateway: Gateway) -> None:
+    assert gateway.http.get(f"{gateway.url}/healthz").json() == {"status": "ok"}
+    assert gateway.http.get(f"{gateway.url}/readyz").json() == {"status": "ready"}
