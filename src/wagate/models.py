@@ -6,7 +6,7 @@ from wagate.conversations.models import Contact, Conversation, ConversationStatu
 from wagate.db import Base
 from wagate.idempotency.models import IdempotencyKey
 from wagate.messages.models import Direction, Message, MessageStatus, ParkedStatus, SentAs
-from wagate.outbox.models import ChannelLease, JobKind, JobState, OutboxJob, Priority
+from wagate.outbox.models import JobKind, JobState, OutboxJob, Priority
 from wagate.templates.models import Template
 
 __all__ = [
@@ -14,7 +14,6 @@ __all__ = [
     "ApiKey",
     "Base",
     "Channel",
-    "ChannelLease",
     "ChannelMember",
     "Contact",
     "Conversation",

@@ -1,7 +1,8 @@
 """The dispatcher: drains the outbox. Sends go through one paced lane per channel; the rest are jobs.
 
-It runs inside `wagate serve` or alone as `wagate worker`. The API wakes it after each commit, so a
-send starts at once; a one-second poll is only the fallback (delayed rows, other processes' writes).
+It runs inside `wagate serve` or alone as `wagate worker`. The API wakes it after each commit (and on
+PostgreSQL other processes' commits wake it by NOTIFY), so a send starts at once; a one-second poll is
+only the fallback, for rows that are due later.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import os
 import socket
 import time
 from dataclasses import dataclass
-from datetime import timedelta
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -22,10 +22,10 @@ from wagate.channels.models import Channel
 from wagate.config import Settings
 from wagate.db import Database, utcnow
 from wagate.outbox import jobs, sends
-from wagate.outbox.leases import acquire_channel_leases
 from wagate.outbox.limiter import SlidingWindowLimiter
 from wagate.outbox.models import JobKind, JobState, OutboxJob
 from wagate.outbox.notify import listen_outbox
+from wagate.outbox.ownership import ownership_for
 from wagate.outbox.retry import CHANNEL_THROTTLED
 from wagate.security import SecretBox
 from wagate.whatsapp.client import CloudApiClient
@@ -34,8 +34,8 @@ from wagate.whatsapp.errors import NotDelivered, ThrottlingError, Unconfirmed, U
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 1.0
-LEASE_SECONDS = 30.0
 MAX_CLAIM = 100  # sends claimed per round; the limiter usually allows fewer
+CONFIG_REFRESH_SECONDS = 60.0
 
 
 @dataclass
@@ -46,7 +46,11 @@ class ChannelConfig:
 
 
 class ChannelLane:
-    """Sends one channel's messages in order of priority, never faster than its limit."""
+    """Sends one channel's messages, best priority first, never faster than its limit.
+
+    Calls run as tasks of their own and their outcomes are recorded in batches, so one slow answer
+    from Meta holds up nothing but itself; at most `max_in_flight` calls are open at once.
+    """
 
     def __init__(self, dispatcher: Dispatcher, channel_id: int) -> None:
         self.dispatcher = dispatcher
@@ -57,13 +61,36 @@ class ChannelLane:
         self.wake_event = asyncio.Event()
         self.throttled_until = 0.0
         self.throttle_count = 0
+        self.calls: set[asyncio.Task[None]] = set()
+        self.outcomes: list[sends.Outcome] = []
+        self.outcome_ready = asyncio.Event()
+        self.stopping = False
         self.task = asyncio.create_task(self._run(), name=f"wagate-lane-{channel_id}")
+        self.recorder = asyncio.create_task(self._record_outcomes(), name=f"wagate-record-{channel_id}")
+
+    @property
+    def max_in_flight(self) -> int:
+        return max(16, 2 * self.limiter.rate)
 
     def wake(self) -> None:
         self.wake_event.set()
 
+    async def stop(self) -> None:
+        """Claim nothing more, let open calls finish (bounded by their timeout), record them."""
+        self.stopping = True
+        self.wake()
+        # A round ends by itself within moments; cancelling one mid-claim would strand what it claimed.
+        await asyncio.wait({self.task}, timeout=2.0)
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+        if self.calls:
+            await asyncio.wait(self.calls, timeout=self.dispatcher.settings.upstream_timeout_seconds + 1)
+        self.recorder.cancel()
+        await asyncio.gather(self.recorder, return_exceptions=True)
+        await self._flush_outcomes()  # rows left in_flight are settled after the grace period
+
     async def _load_config(self) -> ChannelConfig | None:
-        if self.config is None or time.monotonic() - self.config_loaded_at > 60:
+        if self.config is None or time.monotonic() - self.config_loaded_at > CONFIG_REFRESH_SECONDS:
             async with self.dispatcher.db.read() as session:
                 channel = await session.get(Channel, self.channel_id)
             if channel is None:
@@ -78,7 +105,7 @@ class ChannelLane:
         return self.config
 
     async def _run(self) -> None:
-        while True:
+        while not self.stopping:
             try:
                 # Cleared before the round, so a wake-up that comes during it is not lost.
                 self.wake_event.clear()
@@ -92,43 +119,45 @@ class ChannelLane:
                 await asyncio.sleep(POLL_SECONDS)
 
     async def _round(self) -> bool:
-        """Send what is due and allowed now; False when there was nothing to send."""
+        """Start the sends that are due and allowed now; False when there was nothing to send."""
         pause = self.throttled_until - time.monotonic()
         if pause > 0:
             await asyncio.sleep(pause)
         config = await self._load_config()
-        if config is None:
+        if config is None or self.stopping:
             return False
+        while len(self.calls) >= self.max_in_flight:
+            await asyncio.wait(self.calls, return_when=asyncio.FIRST_COMPLETED)
         wait = self.limiter.wait_time()
         if wait > 0:
             await asyncio.sleep(wait)
-        allowed = min(self.limiter.available(), MAX_CLAIM)
-        db = self.dispatcher.db
+        limit = min(self.limiter.available(), MAX_CLAIM, self.max_in_flight - len(self.calls))
         settings = self.dispatcher.settings
-        grace = settings.unconfirmed_send_grace_seconds
         # In flight for at most the call's timeout; then the grace period for Meta's webhook.
-        lease = settings.upstream_timeout_seconds + grace
+        lease = settings.upstream_timeout_seconds + settings.unconfirmed_send_grace_seconds
 
         async def claim(session: AsyncSession) -> list[sends.ClaimedSend]:
             return await sends.claim_sends(
                 session,
                 channel_id=self.channel_id,
-                limit=allowed,
+                limit=limit,
                 worker_id=self.dispatcher.worker_id,
                 lease_seconds=lease,
             )
 
-        claimed = await db.write(claim)
+        claimed = await self.dispatcher.db.write(claim)
         if not claimed:
             return False
         self.limiter.record(len(claimed))
-        outcomes = list(await asyncio.gather(*(self._send(config, c) for c in claimed)))
-
-        async def record(session: AsyncSession) -> None:
-            await sends.record_outcomes(session, outcomes, grace_seconds=grace)
-
-        await db.write(record)
+        for send in claimed:
+            call = asyncio.create_task(self._call(config, send))
+            self.calls.add(call)
+            call.add_done_callback(self.calls.discard)
         return True
+
+    async def _call(self, config: ChannelConfig, claimed: sends.ClaimedSend) -> None:
+        self.outcomes.append(await self._send(config, claimed))
+        self.outcome_ready.set()
 
     async def _send(self, config: ChannelConfig, claimed: sends.ClaimedSend) -> sends.Outcome:
         client = self.dispatcher.client
@@ -147,6 +176,34 @@ class ChannelLane:
         self.throttle_count = 0
         return sends.Sent(claimed, result.wamid)
 
+    async def _record_outcomes(self) -> None:
+        while True:
+            await self.outcome_ready.wait()
+            self.outcome_ready.clear()
+            try:
+                await self._flush_outcomes()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("recording send outcomes of channel %s failed; retrying", self.channel_id)
+                self.outcome_ready.set()
+                await asyncio.sleep(POLL_SECONDS)
+
+    async def _flush_outcomes(self) -> None:
+        batch, self.outcomes = self.outcomes, []
+        if not batch:
+            return
+        grace = self.dispatcher.settings.unconfirmed_send_grace_seconds
+
+        async def record(session: AsyncSession) -> None:
+            await sends.record_outcomes(session, batch, grace_seconds=grace)
+
+        try:
+            await self.dispatcher.db.write(record)
+        except BaseException:
+            self.outcomes = batch + self.outcomes  # nothing recorded: keep them for the next try
+            raise
+
 
 class Dispatcher:
     def __init__(
@@ -157,8 +214,9 @@ class Dispatcher:
         self.client = client
         self.secret_box = secret_box
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}"
+        self.ownership = ownership_for(db.url)
         self.lanes: dict[int, ChannelLane] = {}
-        self.owned_channels: set[int] = set()
+        self.started_at = time.monotonic()
         self._wake = asyncio.Event()
         self._lanes_needed = True
         self._last_maintenance = 0.0
@@ -175,17 +233,19 @@ class Dispatcher:
         self._wake.set()
 
     def start(self) -> None:
+        self.started_at = time.monotonic()
         self._task = asyncio.create_task(self._run(), name="wagate-dispatcher")
         if not self.db.is_sqlite:
             self._listener = asyncio.create_task(listen_outbox(self.db.url, self.wake), name="wagate-listen")
 
     async def stop(self) -> None:
-        tasks = [lane.task for lane in self.lanes.values()]
-        tasks += [t for t in (self._task, self._listener) if t is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        for task in (self._task, self._listener):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        await asyncio.gather(*(lane.stop() for lane in self.lanes.values()), return_exceptions=True)
         self.lanes.clear()
+        await self.ownership.close()
 
     async def _run(self) -> None:
         await self.db.write(
@@ -214,7 +274,10 @@ class Dispatcher:
             await self._start_lanes()
         if maintenance_due:
             self._last_maintenance = time.monotonic()
-            await self.db.write(sends.release_unconfirmed)
+            # Sends orphaned by a crash are judged only once this process has listened for Meta's
+            # webhooks for a whole grace period: before that, silence proves nothing.
+            if time.monotonic() - self.started_at >= self.settings.unconfirmed_send_grace_seconds:
+                await self.db.write(sends.release_unconfirmed)
             for kind in (JobKind.sync_templates, JobKind.purge_expired):
                 for job in await self._claim(kind):
                     await self._run_periodic(job)
@@ -245,32 +308,24 @@ class Dispatcher:
             await self.db.write(fail)
 
     async def _start_lanes(self) -> None:
-        """Own (by lease) every channel with due sends, and run a lane for each owned channel."""
+        """Own every channel with due sends that no other worker owns, and run a lane for each."""
         async with self.db.read() as session:
-            due_channels = set(
-                await session.scalars(
-                    select(OutboxJob.channel_id)
-                    .where(
-                        OutboxJob.kind == JobKind.send_message,
-                        OutboxJob.state == JobState.ready,
-                        OutboxJob.run_at <= utcnow(),
-                    )
-                    .distinct()
+            due = await session.scalars(
+                select(OutboxJob.channel_id)
+                .where(
+                    OutboxJob.kind == JobKind.send_message,
+                    OutboxJob.state == JobState.ready,
+                    OutboxJob.run_at <= utcnow(),
                 )
+                .distinct()
             )
-        wanted = {c for c in due_channels if c is not None} | self.owned_channels
-        if not wanted:
-            return
-        self.owned_channels = await self.db.write(
-            lambda s: acquire_channel_leases(
-                s, channel_ids=wanted, owner=self.worker_id, ttl=timedelta(seconds=LEASE_SECONDS)
-            )
-        )
-        for channel_id in self.owned_channels:
+            due_channels = {c for c in due if c is not None}
+        held = await self.ownership.acquire(due_channels)
+        for channel_id in held:
             lane = self.lanes.get(channel_id)
             if lane is None:
                 self.lanes[channel_id] = ChannelLane(self, channel_id)
             elif channel_id in due_channels:
                 lane.wake()
-        for channel_id in set(self.lanes) - self.owned_channels:
-            self.lanes.pop(channel_id).task.cancel()
+        for channel_id in set(self.lanes) - held:
+            await self.lanes.pop(channel_id).stop()

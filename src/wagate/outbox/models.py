@@ -60,13 +60,3 @@ class OutboxJob(Base):
     locked_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
     locked_until: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
-
-
-class ChannelLease(Base):
-    """Which worker paces a channel's sends now: one owner at a time keeps Meta's per-number limit."""
-
-    __tablename__ = "channel_leases"
-
-    channel_id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    owner: Mapped[str] = mapped_column(String(64))
-    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)

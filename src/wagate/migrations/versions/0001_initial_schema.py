@@ -28,13 +28,6 @@ def upgrade() -> None:
         sa.UniqueConstraint("name", name=op.f("uq_accounts_name")),
     )
     op.create_table(
-        "channel_leases",
-        sa.Column("channel_id", sa.Integer(), nullable=False),
-        sa.Column("owner", sa.String(length=64), nullable=False),
-        sa.Column("expires_at", wagate.db.UTCDateTime(timezone=True), nullable=False),
-        sa.PrimaryKeyConstraint("channel_id", name=op.f("pk_channel_leases")),
-    )
-    op.create_table(
         "outbox",
         sa.Column(
             "id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), autoincrement=True, nullable=False
@@ -366,5 +359,4 @@ def downgrade() -> None:
         batch_op.drop_index("ix_outbox_due")
 
     op.drop_table("outbox")
-    op.drop_table("channel_leases")
     op.drop_table("accounts")
