@@ -1,0 +1,490 @@
+"""Shared pieces of the benchmarks: child processes, readiness waits, percentiles, /proc figures (RSS,
+CPU), a throwaway PostgreSQL database, waiting for a quiet machine, and py-spy profiles.
+
+Neighbours: loadgen.py (closed- and open-loop HTTP load), stack.py (a whole gateway: simulator,
+migrate, provision, serve). bench/ is not a package: scripts run as `python bench/x.py`, so Python
+puts bench/ first on sys.path and `from common import ...` works.
+
+Everything listens on 127.0.0.1 only. Every wait is bounded in time, every loop in count or time, and
+every process and directory made here is removed by the context manager or `stop()` that made it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+LOOPBACK = "127.0.0.1"
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_DIR = BENCH_DIR.parent
+PYTHON = sys.executable
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+CPU_COUNT = os.cpu_count() or 1
+
+
+def wagate_command() -> list[str]:
+    """The `wagate` console script of the interpreter running the bench (the venv's)."""
+    beside = Path(PYTHON).parent / "wagate"
+    if beside.exists():
+        return [str(beside)]
+    found = shutil.which("wagate")
+    if found is None:
+        raise RuntimeError("no `wagate` command beside the interpreter or on PATH; pip install -e . first")
+    return [found]
+
+
+# --------------------------------------------------------------------------- numbers
+
+
+def percentile(values: Iterable[float], q: float) -> float:
+    """The q-th percentile (0..100) with linear interpolation between ranks (numpy's default)."""
+    ordered = sorted(values)
+    if not ordered:
+        return math.nan
+    if len(ordered) == 1:
+        return ordered[0]
+    rank = (len(ordered) - 1) * q / 100.0
+    low = math.floor(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def latency_summary_ms(seconds: list[float]) -> dict[str, float | int]:
+    """p50 / p90 / p99 / max / mean of latencies given in seconds, in milliseconds."""
+    if not seconds:
+        return {"count": 0, "p50_ms": math.nan, "p90_ms": math.nan, "p99_ms": math.nan, "max_ms": math.nan}
+    ms = sorted(s * 1000.0 for s in seconds)
+    return {
+        "count": len(ms),
+        "p50_ms": round(percentile(ms, 50), 3),
+        "p90_ms": round(percentile(ms, 90), 3),
+        "p99_ms": round(percentile(ms, 99), 3),
+        "max_ms": round(ms[-1], 3),
+        "mean_ms": round(sum(ms) / len(ms), 3),
+    }
+
+
+# --------------------------------------------------------------------------- ports and processes
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 that was free a moment ago (the kernel's pick for port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOOPBACK, 0))
+        return int(sock.getsockname()[1])
+
+
+def port_answers(port: int, host: str = LOOPBACK, timeout: float = 1.0) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def wait_port(
+    port: int, *, host: str = LOOPBACK, timeout: float = 30.0, process: ManagedProcess | None = None
+) -> float:
+    """Wait until something accepts TCP connections on host:port; returns the seconds it took."""
+    start = time.monotonic()
+    deadline = start + timeout
+    while time.monotonic() < deadline:
+        if process is not None and not process.alive:
+            raise RuntimeError(f"{process.name} exited before port {port} opened:\n{process.tail()}")
+        if port_answers(port, host, timeout=0.5):
+            return time.monotonic() - start
+        time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on {host}:{port} after {timeout} s")
+
+
+class ManagedProcess:
+    """A child process whose output goes to a log file; `stop()` terminates it (then kills) and waits."""
+
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        *,
+        log_dir: Path,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> None:
+        self.name = name
+        self.argv = argv
+        self.log_path = log_dir / f"{name}.log"
+        self._log = self.log_path.open("wb")
+        try:
+            self.popen = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=cwd)
+        except BaseException:
+            self._log.close()
+            raise
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        """SIGTERM, then SIGKILL after `timeout`; returns the exit code."""
+        try:
+            if self.alive:
+                self.popen.send_signal(signal.SIGTERM)
+                try:
+                    self.popen.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    print(
+                        f"{self.name} did not stop within {timeout} s of SIGTERM; killing it", file=sys.stderr
+                    )
+                    self.popen.kill()
+                    self.popen.wait(5.0)
+            return self.popen.returncode
+        finally:
+            self._log.close()
+
+
+def run_command(
+    argv: list[str], *, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 120.0
+) -> str:
+    """Run to completion; returns stdout; raises with both streams when it fails."""
+    done = subprocess.run(
+        argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(
+            f"{' '.join(argv)} exited with {done.returncode}:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
+        )
+    return done.stdout
+
+
+def http_json(method: str, url: str, body: Any = None, *, timeout: float = 30.0) -> Any:
+    """A small synchronous JSON call (set-up and control endpoints; never the measured path)."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method)  # noqa: S310 - loopback URLs only
+    if data is not None:
+        request.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310
+        raw = response.read()
+    return json.loads(raw) if raw else None
+
+
+def wait_http_ok(url: str, *, timeout: float = 30.0, process: ManagedProcess | None = None) -> float:
+    """Poll `url` until it answers 2xx; returns the seconds it took. Fails early if `process` dies."""
+    start = time.monotonic()
+    deadline = start + timeout
+    last_error = ""
+    while time.monotonic() < deadline:
+        if process is not None and not process.alive:
+            raise RuntimeError(
+                f"{process.name} exited with {process.popen.returncode} before {url} answered:\n"
+                + process.tail()
+            )
+        try:
+            with urllib.request.urlopen(url, timeout=2.0) as response:  # noqa: S310 - loopback
+                if 200 <= response.status < 300:
+                    return time.monotonic() - start
+        except (urllib.error.URLError, OSError) as exc:
+            last_error = repr(exc)
+        time.sleep(0.05)
+    tail = f"\n{process.tail()}" if process is not None else ""
+    raise RuntimeError(f"{url} did not answer within {timeout} s ({last_error}){tail}")
+
+
+def fernet_key() -> str:
+    """A fresh WAGATE_SECRET_KEY (channel access tokens are encrypted with it)."""
+    from cryptography.fernet import Fernet
+
+    return Fernet.generate_key().decode()
+
+
+def sigterm_as_interrupt() -> Callable[[], bool]:
+    """Handle SIGTERM as Ctrl+C, so the same finally blocks stop the servers and drop the database.
+
+    The handler does not raise by itself: an exception raised from a signal handler can land in a
+    protocol callback, where the event loop swallows it. SIGINT is handled safely everywhere:
+    asyncio.run() cancels its main task, and plain code gets KeyboardInterrupt. Returns a function
+    that tells whether SIGTERM was received.
+    """
+    received: list[bool] = []
+
+    def handler(_signum: int, _frame: Any) -> None:
+        received.append(True)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    signal.signal(signal.SIGTERM, handler)
+    return lambda: bool(received)
+
+
+# --------------------------------------------------------------------------- /proc figures
+
+
+def proc_status_kb(pid: int, key: str) -> int | None:
+    """A `kB` line of /proc/<pid>/status (VmRSS: now, VmHWM: peak over the process's life)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def rss_mb(pid: int) -> float | None:
+    kb = proc_status_kb(pid, "VmRSS")
+    return None if kb is None else round(kb / 1024, 1)
+
+
+def peak_rss_mb(pid: int) -> float | None:
+    kb = proc_status_kb(pid, "VmHWM")
+    return None if kb is None else round(kb / 1024, 1)
+
+
+def proc_cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of one process (its threads included), from /proc/<pid>/stat."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    # After the ")": state is field 3 of the man page, so utime (14) and stime (15) are at 11 and 12.
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def machine_cpu_jiffies() -> tuple[int, int]:
+    """(busy, total) jiffies of all CPUs since boot, from the first line of /proc/stat."""
+    with open("/proc/stat") as stat:
+        values = [int(v) for v in stat.readline().split()[1:]]
+    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+    total = sum(values[:8])  # guest time is already inside user
+    return total - idle, total
+
+
+@dataclass
+class CpuSnapshot:
+    wall: float
+    machine: tuple[int, int]
+    own: float  # this process (the load generator)
+    procs: dict[int, float]
+
+
+def cpu_snapshot(pids: Iterable[int]) -> CpuSnapshot:
+    procs = {}
+    for pid in pids:
+        value = proc_cpu_seconds(pid)
+        if value is not None:
+            procs[pid] = value
+    times = os.times()
+    return CpuSnapshot(time.monotonic(), machine_cpu_jiffies(), times.user + times.system, procs)
+
+
+def cpu_usage(before: CpuSnapshot, after: CpuSnapshot, groups: dict[str, Iterable[int]]) -> dict[str, float]:
+    """CPU used between two snapshots, in % of ONE core per group (100 = one core busy all the time).
+
+    `machine_busy_pct` is of all cores (100 = every core busy); `other_pct` is what the machine did
+    beyond the groups and the load generator, in % of one core (other people's work, the kernel...).
+    A pid that appeared between the snapshots counts from zero.
+    """
+    wall = max(after.wall - before.wall, 1e-9)
+    result: dict[str, float] = {"client_pct": round(100 * (after.own - before.own) / wall, 1)}
+    ours = after.own - before.own
+    for name, pids in groups.items():
+        used = 0.0
+        for pid in set(pids):
+            if pid in after.procs:
+                used += after.procs[pid] - before.procs.get(pid, 0.0)
+        ours += used
+        result[f"{name}_pct"] = round(100 * used / wall, 1)
+    busy = after.machine[0] - before.machine[0]
+    total = max(after.machine[1] - before.machine[1], 1)
+    result["machine_busy_pct"] = round(100 * busy / total, 1)
+    machine_core_seconds = busy / CLK_TCK
+    result["other_pct"] = round(max(0.0, 100 * (machine_core_seconds - ours) / wall), 1)
+    return result
+
+
+# --------------------------------------------------------------------------- PostgreSQL
+
+POSTGRES_ADMIN_URL = os.environ.get(
+    "WAGATE_BENCH_POSTGRES_URL", "postgresql://postgres@127.0.0.1:5432/postgres"
+)
+
+
+def _plain(url: str) -> str:
+    return url.replace("postgresql+psycopg://", "postgresql://")
+
+
+def postgres_available(admin_url: str = POSTGRES_ADMIN_URL) -> bool:
+    """True when PostgreSQL answers at the admin URL and lets us in."""
+    import psycopg
+
+    try:
+        with psycopg.connect(_plain(admin_url), connect_timeout=2):
+            return True
+    except psycopg.Error:
+        return False
+
+
+@contextlib.contextmanager
+def throwaway_postgres_database(
+    prefix: str = "wagate_bench_", admin_url: str = POSTGRES_ADMIN_URL
+) -> Iterator[tuple[str, str]]:
+    """Create `<prefix><random>`; yields (SQLAlchemy URL, database name); drops it afterwards."""
+    import psycopg
+
+    name = prefix + secrets.token_hex(4)
+    admin = _plain(admin_url)
+    with psycopg.connect(admin, autocommit=True, connect_timeout=5) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        base = admin.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://", 1)
+        yield f"{base}/{name}", name
+    finally:
+        with psycopg.connect(admin, autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def postgres_backend_pids(database: str, admin_url: str = POSTGRES_ADMIN_URL) -> list[int]:
+    """Server processes serving connections to `database` right now (for CPU accounting)."""
+    import psycopg
+
+    try:
+        with psycopg.connect(_plain(admin_url), autocommit=True, connect_timeout=2) as conn:
+            rows = conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s", (database,)).fetchall()
+    except psycopg.Error:
+        return []
+    return [int(r[0]) for r in rows]
+
+
+# --------------------------------------------------------------------------- a quiet machine
+
+
+def wait_for_quiet(
+    own_pids: Iterable[int], *, threshold_pct: float = 25.0, timeout: float = 60.0, window: float = 1.0
+) -> dict[str, float]:
+    """Wait until the rest of the machine uses less than `threshold_pct` of one core over `window` s.
+
+    Other people's work on a 2-core machine moves every figure; this waits it out, up to `timeout`,
+    and reports how busy the rest of the machine was in the last window and how long it waited.
+    """
+    pids = list(own_pids)
+    start = time.monotonic()
+    other = math.nan
+    for _ in range(int(timeout / window) + 1):
+        before = cpu_snapshot(pids)
+        time.sleep(window)
+        after = cpu_snapshot(pids)
+        other = cpu_usage(before, after, {"own": pids})["other_pct"]
+        if other < threshold_pct or time.monotonic() - start >= timeout:
+            break
+    return {"other_pct": other, "waited_s": round(time.monotonic() - start, 1)}
+
+
+# --------------------------------------------------------------------------- profiling (optional)
+
+
+def py_spy_command() -> str | None:
+    """py-spy beside the interpreter or on PATH (`pip install py-spy`; not a project dependency)."""
+    beside = Path(PYTHON).parent / "py-spy"
+    if beside.exists():
+        return str(beside)
+    return shutil.which("py-spy")
+
+
+def start_py_spy(
+    pid: int, output: Path, duration: float, *, gil_only: bool = True
+) -> subprocess.Popen[bytes]:
+    """Sample `pid` for `duration` s into a collapsed-stack file (flamegraph.pl / speedscope read it)."""
+    command = py_spy_command()
+    if command is None:
+        raise RuntimeError("py-spy is not installed (pip install py-spy into the venv)")
+    argv = [command, "record", "--pid", str(pid), "--duration", str(max(1, round(duration)))]
+    argv += ["--rate", "100", "--format", "raw", "--output", str(output), "--nonblocking"]
+    if gil_only:
+        argv.append("--gil")  # only the thread holding the GIL: where the server's Python time goes
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+# Where a sample's innermost frame lives, first match wins (py-spy frames look like
+# "function (package/module.py:line)"; the event loop's own C code shows as "Runner.run (asyncio/...)").
+_LIBRARIES = (
+    ("aiosqlite", "aiosqlite (thread hand-offs)"),
+    ("psycopg", "psycopg"),
+    ("sqlalchemy", "sqlalchemy"),
+    ("greenlet", "sqlalchemy"),
+    ("pydantic", "pydantic"),
+    ("fastapi", "fastapi/starlette"),
+    ("starlette", "fastapi/starlette"),
+    ("uvicorn", "uvicorn"),
+    ("aiohttp", "aiohttp"),
+    ("wagate/", "wagate"),
+    ("phonenumbers", "phonenumbers"),
+    ("asyncio/", "event loop"),
+    ("selectors", "event loop"),
+)
+
+
+def _library(frame: str) -> str:
+    for needle, name in _LIBRARIES:
+        if needle in frame:
+            return name
+    return "other"
+
+
+def summarize_collapsed(path: Path, top: int = 25) -> dict[str, Any]:
+    """A collapsed-stack file in brief: share of samples by library of the innermost frame, top frames
+    by own samples, and wagate's functions by samples with the function anywhere on the stack."""
+    own: dict[str, int] = {}
+    inclusive: dict[str, int] = {}
+    libraries: dict[str, int] = {}
+    total = 0
+    with path.open() as stacks:
+        for line in stacks:
+            frames_text, _, count_text = line.rstrip("\n").rpartition(" ")
+            if not frames_text or not count_text.isdigit():
+                continue
+            count = int(count_text)
+            total += count
+            frames = frames_text.split(";")
+            own[frames[-1]] = own.get(frames[-1], 0) + count
+            library = _library(frames[-1])
+            libraries[library] = libraries.get(library, 0) + count
+            for frame in set(frames):
+                inclusive[frame] = inclusive.get(frame, 0) + count
+
+    def ranked(counts: dict[str, int], limit: int) -> list[tuple[str, float]]:
+        best = sorted(counts.items(), key=lambda item: -item[1])[:limit]
+        return [(frame, round(100 * n / max(total, 1), 1)) for frame, n in best]
+
+    wagate_frames = {f: n for f, n in inclusive.items() if "wagate/" in f and "cli.py" not in f}
+    return {
+        "samples": total,
+        "by_library_pct": dict(ranked(libraries, len(libraries))),
+        "own_pct": ranked(own, top),
+        "wagate_inclusive_pct": ranked(wagate_frames, top),
+    }

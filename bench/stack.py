@@ -1,0 +1,223 @@
+"""A whole gateway for a benchmark: the Cloud API simulator (own process), `wagate migrate`,
+`wagate provision` and `wagate serve` (own process), all on 127.0.0.1, with the simulator's
+control endpoints at hand. Everything it starts is stopped, and its work directory removed, on exit.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import secrets
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from common import (
+    BENCH_DIR,
+    LOOPBACK,
+    PYTHON,
+    ManagedProcess,
+    fernet_key,
+    free_port,
+    http_json,
+    run_command,
+    wagate_command,
+    wait_http_ok,
+)
+
+# The benchmark's channel, registered in the simulator so that provisioning finds its templates.
+BENCH_CHANNEL = {
+    "phone_number_id": "106540352240001",
+    "waba_id": "102290129340001",
+    "display_phone_number": "15550009999",
+}
+_numbers = itertools.count()
+
+
+def next_phone_number() -> str:
+    """A distinct valid Azerbaijani mobile number; last seven digits >= 1000000, so never a magic one."""
+    return f"+99455{1_000_000 + next(_numbers) % 9_000_000:07d}"
+
+
+def provision_spec(token: str, messages_per_second: int) -> dict[str, Any]:
+    """Like tests/support.provision_file(), cut to one account, one administrator and one channel."""
+    return {
+        "accounts": [
+            {
+                "name": "Bench",
+                "users": [
+                    {
+                        "email": "admin@bench.test",
+                        "name": "Bench Admin",
+                        "role": "administrator",
+                        "password": secrets.token_urlsafe(12),
+                    }
+                ],
+                "api_keys": [{"user": "admin@bench.test", "name": "bench", "token": token}],
+                "channels": [
+                    {
+                        "name": "Main",
+                        "phone_number": "+" + BENCH_CHANNEL["display_phone_number"],
+                        "phone_number_id": BENCH_CHANNEL["phone_number_id"],
+                        "waba_id": BENCH_CHANNEL["waba_id"],
+                        "access_token": "EAAG-bench-token",
+                        "members": ["admin@bench.test"],
+                        "messages_per_second": messages_per_second,
+                    }
+                ],
+            }
+        ]
+    }
+
+
+@dataclass
+class GatewayStack:
+    """Simulator (own process) + `wagate migrate` + `wagate provision` + `wagate serve` (own process).
+
+    Use as a context manager; everything it starts is stopped on exit, its work directory removed.
+    `database_url` None means a fresh SQLite file in the work directory.
+    """
+
+    database_url: str | None = None
+    messages_per_second: int = 1000
+    log_level: str = "warning"
+    keep_dir: bool = False
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    workdir: Path = field(init=False)
+    sim: ManagedProcess | None = field(init=False, default=None)
+    server: ManagedProcess | None = field(init=False, default=None)
+
+    def __enter__(self) -> GatewayStack:
+
+        self.workdir = Path(tempfile.mkdtemp(prefix="wagate-bench-"))
+        try:
+            self._start()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def _start(self) -> None:
+        self.app_secret = secrets.token_hex(16)
+        self.token = "wg_bench_" + secrets.token_urlsafe(24)
+        self.sim_port, self.port = free_port(), free_port()
+        self.url = f"http://{LOOPBACK}:{self.port}"
+        self.sim_url = f"http://{LOOPBACK}:{self.sim_port}"
+        if self.database_url is None:
+            self.database_url = f"sqlite+aiosqlite:///{self.workdir / 'wagate.db'}"
+        self.sim = ManagedProcess(
+            "simulator",
+            [
+                PYTHON,
+                str(BENCH_DIR / "sim_server.py"),
+                "--port",
+                str(self.sim_port),
+                "--webhook-url",
+                f"{self.url}/webhooks/whatsapp",
+                "--app-secret",
+                self.app_secret,
+            ],
+            log_dir=self.workdir,
+            cwd=self.workdir,
+        )
+        wait_http_ok(f"{self.sim_url}/_sim/config", process=self.sim)
+        http_json("POST", f"{self.sim_url}/_sim/channels", BENCH_CHANNEL)
+        self.env = {
+            **os.environ,
+            "WAGATE_DATABASE_URL": self.database_url,
+            "WAGATE_GRAPH_API_URL": f"{self.sim_url}/v23.0",
+            "WAGATE_META_APP_SECRET": self.app_secret,
+            "WAGATE_SECRET_KEY": fernet_key(),
+            "WAGATE_LOG_LEVEL": self.log_level,
+            **self.extra_env,
+        }
+        wagate = wagate_command()
+        run_command([*wagate, "migrate"], env=self.env, cwd=self.workdir)
+        spec_path = self.workdir / "provision.json"
+        spec_path.write_text(json.dumps(provision_spec(self.token, self.messages_per_second)))
+        provisioned = json.loads(
+            run_command([*wagate, "provision", str(spec_path)], env=self.env, cwd=self.workdir)
+        )
+        account = provisioned["accounts"][0]
+        channel = account["channels"][0]
+        if not channel.get("templates"):
+            raise RuntimeError(f"provisioning synced no templates: {channel}")
+        self.account_id = int(account["account_id"])
+        self.channel_id = int(channel["channel_id"])
+        self.server = ManagedProcess(
+            "serve",
+            [*wagate, "serve", "--host", LOOPBACK, "--port", str(self.port)],
+            log_dir=self.workdir,
+            env=self.env,
+            cwd=self.workdir,
+        )
+        self.startup_seconds = wait_http_ok(f"{self.url}/healthz", process=self.server)
+
+    @property
+    def messages_url(self) -> str:
+        return f"{self.url}/v1/accounts/{self.account_id}/whatsapp/messages"
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
+
+    def otp_body(self, code: str = "123456") -> bytes:
+        """A send of the OTP template to a number no other request of this run uses."""
+        return json.dumps(
+            {
+                "channel_id": self.channel_id,
+                "phone_number": next_phone_number(),
+                "template": {"name": "otp_code", "language": "en", "parameters": [code]},
+            }
+        ).encode()
+
+    # --- the simulator's side
+
+    def sim_configure(self, **changes: Any) -> Any:
+        return http_json("POST", f"{self.sim_url}/_sim/config", changes)
+
+    def upstream_total(self) -> int:
+        """How many sends the simulator has accepted on the bench channel."""
+        stats = http_json("GET", f"{self.sim_url}/_sim/stats")
+        channel = stats["phone_number_ids"].get(BENCH_CHANNEL["phone_number_id"])
+        return int(channel["total"]) if channel else 0
+
+    def upstream_messages(self) -> list[dict[str, Any]]:
+        url = f"{self.sim_url}/_sim/messages?phone_number_id={BENCH_CHANNEL['phone_number_id']}"
+        data: list[dict[str, Any]] = http_json("GET", url, timeout=60)["data"]
+        return data
+
+    def wait_upstream(self, expected_total: int, *, timeout: float) -> tuple[bool, float]:
+        """Wait until the simulator has accepted `expected_total` sends; (reached, seconds waited)."""
+        start = time.monotonic()
+        deadline = start + timeout
+        while True:
+            if self.upstream_total() >= expected_total:
+                return True, time.monotonic() - start
+            if time.monotonic() > deadline:
+                return False, time.monotonic() - start
+            time.sleep(0.05)
+
+    def wait_webhooks_idle(self, timeout: float = 30.0) -> bool:
+        """Wait until the simulator has no status webhook left to deliver."""
+        answer = http_json(
+            "GET", f"{self.sim_url}/_sim/idle?seconds={min(timeout, 60.0)}", timeout=timeout + 10
+        )
+        return bool(answer["idle"])
+
+    def __exit__(self, *exc_info: object) -> None:
+        try:
+            for process in (self.server, self.sim):
+                if process is not None:
+                    process.stop()
+        finally:
+            if self.keep_dir:
+                print(f"kept {self.workdir}", file=sys.stderr)
+            else:
+                shutil.rmtree(self.workdir, ignore_errors=True)
