@@ -88,14 +88,14 @@ def test_statuses_move_forward_only_and_once(gateway: Gateway) -> None:
     try:
         message_id, wamid, to = sent_message(gateway)
         now = int(time.time())
-        # Out of order and duplicated, as Meta may deliver them.
+        # Out of order and duplicated, as Meta may deliver them: `read` lands first...
         assert post_signed(gateway, status_webhook(status(wamid, "read", now + 2, to))).status_code == 200
-        assert (
-            post_signed(gateway, status_webhook(status(wamid, "delivered", now + 1, to))).status_code == 200
-        )
+        gateway.wait_status(message_id, "read")
+        # ...then the late `delivered` and a repeat of `read` change nothing.
+        late = status_webhook(status(wamid, "delivered", now + 1, to))
+        assert post_signed(gateway, late).status_code == 200
         assert post_signed(gateway, status_webhook(status(wamid, "read", now + 2, to))).status_code == 200
-        message = gateway.wait_status(message_id, "read")
-        time.sleep(0.3)  # give the late `delivered` its chance to (wrongly) land
+        time.sleep(0.3)  # give them their chance to (wrongly) land
         message = gateway.message(message_id)
         assert message["status"] == "read"
         assert [h["status"] for h in message["status_history"]] == ["sent", "read"]
