@@ -19,6 +19,7 @@ from wagate.config import Settings, get_settings
 from wagate.db import Database, sqlite_path
 from wagate.errors import InvalidRequest, MethodNotAllowed, NotFound, NotReady, WagateError
 from wagate.idempotency.service import InFlightKeys
+from wagate.lookups import Lookups
 from wagate.messages.endpoints import router as messages_router
 from wagate.outbox.dispatcher import Dispatcher
 from wagate.security import SecretBox
@@ -95,6 +96,8 @@ def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True)
         app.state.client = client
         app.state.dispatcher = dispatcher
         app.state.idempotency_in_flight = InFlightKeys()
+        app.state.lookups = lookups = Lookups(db)
+        dispatcher.on_templates_synced = lookups.forget_templates
         if run_dispatcher:
             dispatcher.start()
         try:

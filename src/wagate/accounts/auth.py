@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 from fastapi import Depends, Request
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from wagate.accounts.models import ApiKey, Role, User
 from wagate.errors import AdministratorRequired, Forbidden, Unauthorized
-from wagate.security import hash_api_token
 
 
 @dataclass(frozen=True)
@@ -29,24 +29,27 @@ class Principal:
             raise AdministratorRequired()
 
 
+async def load_principal(session: AsyncSession, token_hash: str) -> Principal | None:
+    row = (
+        await session.execute(
+            select(ApiKey.id, ApiKey.user_id, ApiKey.account_id, User.role)
+            .join(User, User.id == ApiKey.user_id)
+            .where(ApiKey.token_hash == token_hash, ApiKey.revoked_at.is_(None))
+        )
+    ).one_or_none()
+    if row is None:
+        return None
+    return Principal(api_key_id=row[0], user_id=row[1], account_id=row[2], role=Role(row[3]))
+
+
 async def authenticate(request: Request) -> Principal:
     """FastAPI dependency: the caller's principal, or 401."""
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise Unauthorized()
-    db = request.app.state.db
-    async with db.read() as session:
-        row = (
-            await session.execute(
-                select(ApiKey.id, ApiKey.user_id, ApiKey.account_id, User.role)
-                .join(User, User.id == ApiKey.user_id)
-                .where(ApiKey.token_hash == hash_api_token(token.strip()), ApiKey.revoked_at.is_(None))
-            )
-        ).one_or_none()
-    if row is None:
-        raise Unauthorized("The API key is unknown or revoked.")
-    return Principal(api_key_id=row[0], user_id=row[1], account_id=row[2], role=Role(row[3]))
+    principal: Principal = await request.app.state.lookups.principal(token.strip())
+    return principal
 
 
 async def account_member(account_id: int, principal: Principal = Depends(authenticate)) -> Principal:

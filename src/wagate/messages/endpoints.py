@@ -88,10 +88,9 @@ async def send_message(
 async def _accept(
     state: Any, principal: Principal, body: SendMessageRequest, idem: idempotency.IdempotentRequest | None
 ) -> JSONResponse:
-    async with state.db.read() as session:
-        prepared = await service.prepare_send(
-            session, principal=principal, request=body, settings=state.settings, secret_box=state.secret_box
-        )
+    prepared = await service.prepare_send(
+        state.lookups, principal=principal, request=body, settings=state.settings, secret_box=state.secret_box
+    )
     response = {"id": prepared.message_id, "sent_as": prepared.sent_as.value, "status": "sent"}
 
     async def unit(session: AsyncSession) -> None:

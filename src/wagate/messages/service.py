@@ -22,6 +22,7 @@ from wagate.conversations.service import (
 from wagate.db import isoformat, utcnow
 from wagate.errors import MessageNotFound, TemplateParametersMismatch, WindowClosed
 from wagate.ids import new_id
+from wagate.lookups import Lookups
 from wagate.messages.models import Direction, Message, MessageStatus, SentAs
 from wagate.messages.schemas import SendMessageRequest, TemplateRef, message_view
 from wagate.outbox.models import JobKind, OutboxJob, Priority
@@ -29,7 +30,7 @@ from wagate.outbox.notify import notify_outbox
 from wagate.phones import normalize_phone_number, whatsapp_digits
 from wagate.security import SecretBox
 from wagate.templates.models import Template
-from wagate.templates.service import approved_template
+from wagate.templates.service import require_approved
 from wagate.templates.variables import bind_parameters, send_components
 from wagate.whatsapp.payloads import template_message, text_message
 
@@ -61,10 +62,9 @@ class PreparedSend:
     batch_id: str | None = None
 
 
-async def _bind_template(
-    session: AsyncSession, *, channel_id: int, ref: TemplateRef, field: str
-) -> BoundTemplate:
-    template = await approved_template(session, channel_id=channel_id, name=ref.name, language=ref.language)
+async def _bind_template(lookups: Lookups, *, channel_id: int, ref: TemplateRef, field: str) -> BoundTemplate:
+    found = await lookups.template(channel_id, ref.name, ref.language)
+    template = require_approved(found, name=ref.name, language=ref.language)
     values = bind_parameters(template.variables, ref.parameters)
     if isinstance(values, str):
         raise TemplateParametersMismatch(
@@ -92,7 +92,7 @@ def _encrypt_callback(callback: dict[str, Any] | None, box: SecretBox) -> dict[s
 
 
 async def prepare_send(
-    session: AsyncSession,
+    lookups: Lookups,
     *,
     principal: Principal,
     request: SendMessageRequest,
@@ -100,21 +100,22 @@ async def prepare_send(
     secret_box: SecretBox,
 ) -> PreparedSend:
     """Run every check of API.md section 4 (404, 403, then each 422) without writing anything."""
-    channel = await channel_for_member(session, principal=principal, channel_id=request.channel_id)
+    channel = await lookups.channel(principal, request.channel_id)
     phone_number = normalize_phone_number(str(request.phone_number))
     fallback = None
     if request.fallback_template is not None:
         # Checked even while the window is open: a broken fallback shows now, not on the day it is needed.
         fallback = await _bind_template(
-            session, channel_id=channel.id, ref=request.fallback_template, field="fallback_template"
+            lookups, channel_id=channel.id, ref=request.fallback_template, field="fallback_template"
         )
     bound: BoundTemplate | None = None
     if request.template is not None:
-        bound = await _bind_template(session, channel_id=channel.id, ref=request.template, field="template")
+        bound = await _bind_template(lookups, channel_id=channel.id, ref=request.template, field="template")
     else:
-        conversation = await find_conversation(
-            session, account_id=principal.account_id, channel_id=channel.id, phone_number=phone_number
-        )
+        async with lookups.db.read() as session:
+            conversation = await find_conversation(
+                session, account_id=principal.account_id, channel_id=channel.id, phone_number=phone_number
+            )
         if not window_of(conversation.last_customer_message_at if conversation else None).open:
             if fallback is None:
                 raise WindowClosed(details=[{"field": "text", "issue": "the 24-hour window is closed"}])

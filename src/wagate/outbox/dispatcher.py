@@ -13,6 +13,7 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy import select
@@ -222,6 +223,8 @@ class Dispatcher:
         self._last_maintenance = 0.0
         self._task: asyncio.Task[None] | None = None
         self._listener: asyncio.Task[None] | None = None
+        # Told when a template sync finished here, so the API's cached templates follow at once.
+        self.on_templates_synced: Callable[[], None] = lambda: None
 
     def wake(self, channel_id: int | None = None) -> None:
         lane = self.lanes.get(channel_id) if channel_id is not None else None
@@ -298,6 +301,8 @@ class Dispatcher:
                 secret_box=self.secret_box,
                 template_sync_interval=self.settings.template_sync_interval_seconds,
             )
+            if job.kind is JobKind.sync_templates:
+                self.on_templates_synced()
         except Exception as exc:
             log.warning("periodic job %s (%s) failed: %r; will retry", job.id, job.kind, exc)
             error = repr(exc)

@@ -17,12 +17,8 @@ from wagate.whatsapp.payloads import TemplateRecord
 APPROVED = "APPROVED"
 
 
-async def approved_template(session: AsyncSession, *, channel_id: int, name: str, language: str) -> Template:
-    template = await session.scalar(
-        select(Template).where(
-            Template.channel_id == channel_id, Template.name == name, Template.language == language
-        )
-    )
+def require_approved(template: Template | None, *, name: str, language: str) -> Template:
+    """The template a send may use: it exists for the channel and Meta approved it (422 otherwise)."""
     if template is None:
         raise TemplateNotFound(
             f"The channel has no template '{name}' in language '{language}'.",
