@@ -11,6 +11,7 @@ On PostgreSQL each unit has its own transaction, since the server runs them side
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -111,26 +112,40 @@ class _PendingUnit:
 
 @dataclass
 class _GroupCommitter:
-    """Runs queued units of work in batches, one SQLite transaction per batch."""
+    """Runs queued units of work in batches, one SQLite transaction per batch.
+
+    Units submitted `first` (the dispatcher's claims and results) go into the next batch ahead of
+    the others, so sending never queues behind a crowd of API writes.
+    """
 
     sessionmaker: async_sessionmaker[AsyncSession]
     max_batch: int = 256
-    queue: asyncio.Queue[_PendingUnit] = field(default_factory=asyncio.Queue)
+    urgent: deque[_PendingUnit] = field(default_factory=deque)
+    normal: deque[_PendingUnit] = field(default_factory=deque)
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
 
-    async def submit(self, unit: UnitOfWork[T]) -> T:
+    async def submit(self, unit: UnitOfWork[T], *, first: bool) -> T:
         if self.task is None or self.task.done():
             self.task = asyncio.create_task(self._run(), name="wagate-group-commit")
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        await self.queue.put(_PendingUnit(unit, future))
+        (self.urgent if first else self.normal).append(_PendingUnit(unit, future))
+        self.ready.set()
         return await future
+
+    def _take_batch(self) -> list[_PendingUnit]:
+        batch: list[_PendingUnit] = []
+        for queue in (self.urgent, self.normal):
+            while queue and len(batch) < self.max_batch:
+                batch.append(queue.popleft())
+        return batch
 
     async def _run(self) -> None:
         while True:
-            batch = [await self.queue.get()]
-            while len(batch) < self.max_batch and not self.queue.empty():
-                batch.append(self.queue.get_nowait())
-            await self._commit_batch(batch)
+            await self.ready.wait()
+            self.ready.clear()
+            while batch := self._take_batch():
+                await self._commit_batch(batch)
 
     async def _commit_batch(self, batch: list[_PendingUnit]) -> None:
         results: list[tuple[_PendingUnit, bool, Any]] = []
@@ -175,9 +190,9 @@ class Database:
             self.write_engine = create_async_engine(url, pool_size=1, max_overflow=0)
             _configure_sqlite(self.write_engine, begin="BEGIN IMMEDIATE")
         else:
-            self.engine = create_async_engine(
-                url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True
-            )
+            # No pre-ping: it costs a round trip per checkout; a dead connection fails its statement
+            # and the pool replaces it.
+            self.engine = create_async_engine(url, pool_size=pool_size, max_overflow=pool_size)
             self.write_engine = self.engine
         self.sessionmaker = async_sessionmaker(self.engine, expire_on_commit=False)
         self.write_sessionmaker = async_sessionmaker(self.write_engine, expire_on_commit=False)
@@ -190,10 +205,13 @@ class Database:
         async with self.sessionmaker() as session:
             yield session
 
-    async def write(self, unit: UnitOfWork[T]) -> T:
-        """Run `unit` in a transaction and commit it; the commit is durable when this returns."""
+    async def write(self, unit: UnitOfWork[T], *, first: bool = False) -> T:
+        """Run `unit` in a transaction and commit it; the commit is durable when this returns.
+
+        `first`: on SQLite, put it ahead of units already waiting (for the dispatcher's own writes).
+        """
         if self._committer is not None:
-            result = await self._committer.submit(unit)
+            result = await self._committer.submit(unit, first=first)
         else:
             async with self.write_sessionmaker() as session, session.begin():
                 result = await unit(session)

@@ -94,7 +94,9 @@ async def _accept(
     response = {"id": prepared.message_id, "sent_as": prepared.sent_as.value, "status": "sent"}
 
     async def unit(session: AsyncSession) -> None:
-        await service.store_send(session, prepared)
+        await service.store_send(
+            session, prepared, notify_others=not state.dispatcher.owns(prepared.channel_id)
+        )
         if idem is not None:
             await idempotency.remember_response(
                 session,

@@ -154,8 +154,12 @@ async def prepare_send(
     )
 
 
-async def store_send(session: AsyncSession, send: PreparedSend) -> Message:
-    """The unit of work behind a 201: the message, its conversation and its outbox row, together."""
+async def store_send(session: AsyncSession, send: PreparedSend, *, notify_others: bool = True) -> Message:
+    """The unit of work behind a 201: the message, its conversation and its outbox row, together.
+
+    `notify_others`: wake dispatchers of other processes (PostgreSQL NOTIFY); needless when this
+    process's own dispatcher sends for the channel.
+    """
     now = utcnow()
     conversation = await get_or_create_conversation(
         session,
@@ -201,7 +205,8 @@ async def store_send(session: AsyncSession, send: PreparedSend) -> Message:
             created_at=now,
         )
     )
-    await notify_outbox(session, send.channel_id)
+    if notify_others:
+        await notify_outbox(session, send.channel_id)
     await session.flush()
     return message
 

@@ -146,7 +146,7 @@ class ChannelLane:
                 lease_seconds=lease,
             )
 
-        claimed = await self.dispatcher.db.write(claim)
+        claimed = await self.dispatcher.db.write(claim, first=True)
         if not claimed:
             return False
         self.limiter.record(len(claimed))
@@ -200,7 +200,7 @@ class ChannelLane:
             await sends.record_outcomes(session, batch, grace_seconds=grace)
 
         try:
-            await self.dispatcher.db.write(record)
+            await self.dispatcher.db.write(record, first=True)
         except BaseException:
             self.outcomes = batch + self.outcomes  # nothing recorded: keep them for the next try
             raise
@@ -234,6 +234,14 @@ class Dispatcher:
         if channel_id is not None:
             self._lanes_needed = True
         self._wake.set()
+
+    def owns(self, channel_id: int) -> bool:
+        """Whether this process sends for the channel, so no other needs waking for it."""
+        return channel_id in self.lanes
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
 
     def start(self) -> None:
         self.started_at = time.monotonic()

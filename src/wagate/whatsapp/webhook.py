@@ -56,7 +56,8 @@ async def receive(request: Request) -> Response:
         session.add(
             OutboxJob(kind=JobKind.meta_webhook, priority=Priority.background, payload=body, run_at=utcnow())
         )
-        await notify_outbox(session, None)
+        if not state.dispatcher.running:  # ours applies it; otherwise a worker elsewhere must
+            await notify_outbox(session, None)
         await session.flush()
 
     await state.db.write(store)
