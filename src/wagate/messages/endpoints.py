@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request
@@ -10,10 +11,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from wagate.accounts.auth import Principal, account_member
 from wagate.channels.service import channel_for_member
 from wagate.conversations.service import find_conversation, window_of
-from wagate.db import isoformat
+from wagate.db import isoformat, utcnow
 from wagate.idempotency import service as idempotency
 from wagate.messages import service
 from wagate.messages.schemas import SendMessageRequest, SendMessageResponse
+from wagate.outbox.sends import ClaimedSend
 from wagate.phones import normalize_phone_number
 
 router = APIRouter()
@@ -92,10 +94,18 @@ async def _accept(
         state.lookups, principal=principal, request=body, settings=state.settings, secret_box=state.secret_box
     )
     response = {"id": prepared.message_id, "sent_as": prepared.sent_as.value, "status": "sent"}
+    dispatcher = state.dispatcher
+    # The fast path: when this process sends for the channel and has a free slot, the row is stored
+    # already claimed and the call starts right after the commit, without a claim of its own.
+    lane = dispatcher.reserve_send(prepared.channel_id)
+    claim = None
+    if lane is not None:
+        locked_until = utcnow() + timedelta(seconds=dispatcher.in_flight_lease_seconds)
+        claim = service.SendClaim(dispatcher.worker_id, locked_until)
 
-    async def unit(session: AsyncSession) -> None:
-        await service.store_send(
-            session, prepared, notify_others=not state.dispatcher.owns(prepared.channel_id)
+    async def unit(session: AsyncSession) -> int:
+        job_id = await service.store_send(
+            session, prepared, notify_others=not dispatcher.owns(prepared.channel_id), claim=claim
         )
         if idem is not None:
             await idempotency.remember_response(
@@ -104,9 +114,13 @@ async def _accept(
                 idempotency.StoredResponse(201, response),
                 ttl_seconds=state.settings.idempotency_ttl_seconds,
             )
+        return job_id
 
-    await state.db.write(unit)
-    state.dispatcher.wake(prepared.channel_id)
+    job_id = await state.db.write(unit)
+    if lane is not None:
+        lane.send_now(ClaimedSend(job_id, prepared.message_id, prepared.upstream_body, 1, prepared.priority))
+    else:
+        dispatcher.wake(prepared.channel_id)
     return JSONResponse(response, status_code=201)
 
 

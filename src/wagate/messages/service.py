@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -25,7 +26,7 @@ from wagate.ids import new_id
 from wagate.lookups import Lookups
 from wagate.messages.models import Direction, Message, MessageStatus, SentAs
 from wagate.messages.schemas import SendMessageRequest, TemplateRef, message_view
-from wagate.outbox.models import JobKind, OutboxJob, Priority
+from wagate.outbox.models import JobKind, JobState, OutboxJob, Priority
 from wagate.outbox.notify import notify_outbox
 from wagate.phones import normalize_phone_number, whatsapp_digits
 from wagate.security import SecretBox
@@ -154,11 +155,22 @@ async def prepare_send(
     )
 
 
-async def store_send(session: AsyncSession, send: PreparedSend, *, notify_others: bool = True) -> Message:
+@dataclass(frozen=True)
+class SendClaim:
+    """The outbox row is stored already claimed by this worker, whose lane sends it after the commit."""
+
+    worker_id: str
+    locked_until: datetime
+
+
+async def store_send(
+    session: AsyncSession, send: PreparedSend, *, notify_others: bool = True, claim: SendClaim | None = None
+) -> int:
     """The unit of work behind a 201: the message, its conversation and its outbox row, together.
 
     `notify_others`: wake dispatchers of other processes (PostgreSQL NOTIFY); needless when this
-    process's own dispatcher sends for the channel.
+    process's own dispatcher sends for the channel. `claim`: the row is born `in_flight` (the attempt
+    record), so the lane can call Meta the moment this commits. Returns the outbox row's id.
     """
     now = utcnow()
     conversation = await get_or_create_conversation(
@@ -194,21 +206,25 @@ async def store_send(session: AsyncSession, send: PreparedSend, *, notify_others
         updated_at=now,
     )
     session.add(message)
-    session.add(
-        OutboxJob(
-            kind=JobKind.send_message,
-            priority=send.priority,
-            channel_id=send.channel_id,
-            message_id=send.message_id,
-            payload={"body": send.upstream_body},
-            run_at=now,
-            created_at=now,
-        )
+    job = OutboxJob(
+        kind=JobKind.send_message,
+        priority=send.priority,
+        channel_id=send.channel_id,
+        message_id=send.message_id,
+        payload={"body": send.upstream_body},
+        run_at=now,
+        created_at=now,
     )
+    if claim is not None:
+        job.state = JobState.in_flight
+        job.attempts = 1
+        job.locked_by = claim.worker_id
+        job.locked_until = claim.locked_until
+    session.add(job)
     if notify_others:
         await notify_outbox(session, send.channel_id)
     await session.flush()
-    return message
+    return job.id
 
 
 async def read_message(session: AsyncSession, *, principal: Principal, message_id: str) -> dict[str, Any]:

@@ -76,6 +76,22 @@ class ChannelLane:
     def wake(self) -> None:
         self.wake_event.set()
 
+    def reserve(self) -> bool:
+        """Take one send slot now, for a message the API will store already claimed (see send_now)."""
+        ready = self.config is not None and not self.stopping and time.monotonic() >= self.throttled_until
+        if not ready or len(self.calls) >= self.max_in_flight or self.limiter.available() < 1:
+            return False
+        self.limiter.record(1)
+        return True
+
+    def send_now(self, claimed: sends.ClaimedSend) -> None:
+        """Call Meta for a send whose claim was committed with the message itself."""
+        if self.config is None:  # cannot happen after reserve(); the row is settled as orphaned
+            return
+        call = asyncio.create_task(self._call(self.config, claimed))
+        self.calls.add(call)
+        call.add_done_callback(self.calls.discard)
+
     async def stop(self) -> None:
         """Claim nothing more, let open calls finish (bounded by their timeout), record them."""
         self.stopping = True
@@ -133,9 +149,7 @@ class ChannelLane:
         if wait > 0:
             await asyncio.sleep(wait)
         limit = min(self.limiter.available(), MAX_CLAIM, self.max_in_flight - len(self.calls))
-        settings = self.dispatcher.settings
-        # In flight for at most the call's timeout; then the grace period for Meta's webhook.
-        lease = settings.upstream_timeout_seconds + settings.unconfirmed_send_grace_seconds
+        lease = self.dispatcher.in_flight_lease_seconds
 
         async def claim(session: AsyncSession) -> list[sends.ClaimedSend]:
             return await sends.claim_sends(
@@ -151,9 +165,7 @@ class ChannelLane:
             return False
         self.limiter.record(len(claimed))
         for send in claimed:
-            call = asyncio.create_task(self._call(config, send))
-            self.calls.add(call)
-            call.add_done_callback(self.calls.discard)
+            self.send_now(send)
         return True
 
     async def _call(self, config: ChannelConfig, claimed: sends.ClaimedSend) -> None:
@@ -234,6 +246,16 @@ class Dispatcher:
         if channel_id is not None:
             self._lanes_needed = True
         self._wake.set()
+
+    @property
+    def in_flight_lease_seconds(self) -> float:
+        """How long a claimed send stays `in_flight`: the call's timeout, then the grace for a webhook."""
+        return self.settings.upstream_timeout_seconds + self.settings.unconfirmed_send_grace_seconds
+
+    def reserve_send(self, channel_id: int) -> ChannelLane | None:
+        """The lane that will send a new single message the moment it is stored, if it can right now."""
+        lane = self.lanes.get(channel_id)
+        return lane if lane is not None and lane.reserve() else None
 
     def owns(self, channel_id: int) -> bool:
         """Whether this process sends for the channel, so no other needs waking for it."""
