@@ -1,32 +1,36 @@
-"""Database access: one engine, read sessions, and a write path that commits units of work.
+"""Database access: async read sessions, and a write path that commits units of work.
 
-Every write of the API and the dispatcher is a *unit of work*: an async function that takes a session,
-adds and flushes, and returns a value. `Database.write(unit)` runs it in a transaction and commits. On
-SQLite there is only ever one writer, and a durable commit costs an fsync; so units that arrive while a
-commit is in flight are queued and run together, each in its own savepoint, under one commit (group
-commit). A unit that raises rolls back only its savepoint and gets its exception back; the others commit.
-On PostgreSQL each unit has its own transaction, since the server runs them side by side.
+Every write of the API and the dispatcher is a *unit of work*: a plain function that takes a (sync)
+session, adds and flushes, and returns a value. `Database.write(unit)` runs it in a transaction and
+commits. Units are synchronous so that the database decides how to run them cheaply:
+- SQLite has one writer, and a durable commit costs an fsync. Units that arrive while a commit is in
+  flight are queued, and the next batch runs them together on the writer thread, each in its own
+  savepoint, under one commit (group commit): one hand-off to that thread per batch, not one per
+  statement. A unit that raises rolls back only its savepoint and gets its exception back.
+- PostgreSQL runs each unit in its own transaction (`AsyncSession.run_sync`), side by side.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import DateTime, MetaData, event
+from sqlalchemy import DateTime, Engine, MetaData, create_engine, event
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
-from sqlalchemy.orm import DeclarativeBase
+from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
 from sqlalchemy.types import TypeDecorator
 
 T = TypeVar("T")
-UnitOfWork = Callable[[AsyncSession], Awaitable[T]]
+UnitOfWork = Callable[[Session], T]
 
 # Constraint names fixed by convention so Alembic migrations are the same on SQLite and PostgreSQL.
 NAMING_CONVENTION = {
@@ -66,7 +70,7 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def dialect_name(session: AsyncSession) -> str:
+def dialect_name(session: AsyncSession | Session) -> str:
     bind = session.bind
     assert bind is not None, "sessions are always bound to the engine"
     return bind.dialect.name
@@ -86,8 +90,10 @@ def sqlite_path(url: str) -> Path | None:
     return Path(path) if path and path != ":memory:" else None
 
 
-def _configure_sqlite(engine: AsyncEngine, *, begin: str) -> None:
-    @event.listens_for(engine.sync_engine, "connect")
+def _configure_sqlite(engine: AsyncEngine | Engine, *, begin: str) -> None:
+    sync_engine = engine.sync_engine if isinstance(engine, AsyncEngine) else engine
+
+    @event.listens_for(sync_engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         # Let SQLAlchemy, not the driver, issue BEGIN, so that SAVEPOINTs work (SQLAlchemy's
         # documented recipe for pysqlite/aiosqlite).
@@ -99,7 +105,7 @@ def _configure_sqlite(engine: AsyncEngine, *, begin: str) -> None:
         cursor.execute("PRAGMA busy_timeout=10000")
         cursor.close()
 
-    @event.listens_for(engine.sync_engine, "begin")
+    @event.listens_for(sync_engine, "begin")
     def _on_begin(connection: Any) -> None:
         connection.exec_driver_sql(begin)
 
@@ -112,18 +118,22 @@ class _PendingUnit:
 
 @dataclass
 class _GroupCommitter:
-    """Runs queued units of work in batches, one SQLite transaction per batch.
+    """Runs queued units of work in batches on the writer thread, one SQLite transaction per batch.
 
     Units submitted `first` (the dispatcher's claims and results) go into the next batch ahead of
     the others, so sending never queues behind a crowd of API writes.
     """
 
-    sessionmaker: async_sessionmaker[AsyncSession]
+    sessionmaker: sessionmaker[Session]
     max_batch: int = 256
     urgent: deque[_PendingUnit] = field(default_factory=deque)
     normal: deque[_PendingUnit] = field(default_factory=deque)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
+    # SQLite connections belong to the thread that made them: the writer connection lives here.
+    thread: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(max_workers=1, thread_name_prefix="wagate-sqlite-writer")
+    )
 
     async def submit(self, unit: UnitOfWork[T], *, first: bool) -> T:
         if self.task is None or self.task.done():
@@ -141,67 +151,71 @@ class _GroupCommitter:
         return batch
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             await self.ready.wait()
             self.ready.clear()
             while batch := self._take_batch():
-                await self._commit_batch(batch)
-
-    async def _commit_batch(self, batch: list[_PendingUnit]) -> None:
-        results: list[tuple[_PendingUnit, bool, Any]] = []
-        try:
-            async with self.sessionmaker() as session:
-                for pending in batch:
-                    if pending.future.cancelled():
+                units = [p.unit for p in batch]
+                try:
+                    results = await loop.run_in_executor(self.thread, self._commit_batch, units)
+                except Exception as exc:  # the commit itself failed: nothing of the batch is stored
+                    results = [(False, exc)] * len(batch)
+                for pending, (ok, value) in zip(batch, results, strict=True):
+                    if pending.future.done():
                         continue
-                    try:
-                        async with session.begin_nested():
-                            value = await pending.unit(session)
-                        results.append((pending, True, value))
-                    except Exception as exc:  # the unit's own failure: only its savepoint rolls back
-                        results.append((pending, False, exc))
-                await session.commit()
-        except Exception as exc:  # the commit itself failed: nothing of the batch is stored
-            for pending in batch:
-                if not pending.future.done():
-                    pending.future.set_exception(exc)
-            return
-        for pending, ok, value in results:
-            if pending.future.done():
-                continue
-            if ok:
-                pending.future.set_result(value)
-            else:
-                pending.future.set_exception(value)
+                    if ok:
+                        pending.future.set_result(value)
+                    else:
+                        pending.future.set_exception(value)
+
+    def _commit_batch(self, units: list[UnitOfWork[Any]]) -> list[tuple[bool, Any]]:
+        """On the writer thread: every unit in its savepoint, then one commit."""
+        results: list[tuple[bool, Any]] = []
+        with self.sessionmaker() as session:
+            for unit in units:
+                try:
+                    with session.begin_nested():
+                        results.append((True, unit(session)))
+                except Exception as exc:  # the unit's own failure: only its savepoint rolls back
+                    results.append((False, exc))
+            session.commit()
+        return results
+
+    def close(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+        self.thread.shutdown(wait=True)
 
 
 class Database:
     def __init__(self, url: str, *, pool_size: int = 20) -> None:
         self.url = url
         self.is_sqlite = url.startswith("sqlite")
+        self._committer: _GroupCommitter | None = None
         if self.is_sqlite:
             path = sqlite_path(url)
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
             self.engine = create_async_engine(url, pool_size=pool_size, max_overflow=0)
             _configure_sqlite(self.engine, begin="BEGIN")
-            # The one writer connection. IMMEDIATE takes the write lock up front, so a second process
-            # (a CLI command beside `serve`) waits its turn instead of failing on a lock upgrade.
-            self.write_engine = create_async_engine(url, pool_size=1, max_overflow=0)
+            # The one writer connection, on the writer thread, with the plain (blocking) driver.
+            # IMMEDIATE takes the write lock up front, so a second process (a CLI command beside
+            # `serve`) waits its turn instead of failing on a lock upgrade.
+            self.write_engine: Engine | None = create_engine(
+                url.replace("sqlite+aiosqlite:", "sqlite:", 1), pool_size=1, max_overflow=0
+            )
             _configure_sqlite(self.write_engine, begin="BEGIN IMMEDIATE")
+            self._committer = _GroupCommitter(sessionmaker(self.write_engine, expire_on_commit=False))
         else:
             # No pre-ping: it costs a round trip per checkout; a dead connection fails its statement
             # and the pool replaces it.
             self.engine = create_async_engine(url, pool_size=pool_size, max_overflow=pool_size)
-            self.write_engine = self.engine
+            self.write_engine = None
         self.sessionmaker = async_sessionmaker(self.engine, expire_on_commit=False)
-        self.write_sessionmaker = async_sessionmaker(self.write_engine, expire_on_commit=False)
-        self._committer = _GroupCommitter(self.write_sessionmaker) if self.is_sqlite else None
-        # Called after every successful write commit (the dispatcher's wake-up, in this process).
-        self.after_commit: list[Callable[[], None]] = []
 
     @asynccontextmanager
-    async def read(self) -> Any:
+    async def read(self) -> AsyncIterator[AsyncSession]:
         async with self.sessionmaker() as session:
             yield session
 
@@ -210,18 +224,16 @@ class Database:
 
         `first`: on SQLite, put it ahead of units already waiting (for the dispatcher's own writes).
         """
+        if inspect.iscoroutinefunction(unit):
+            raise TypeError("a unit of work is a plain function of a Session, not a coroutine function")
         if self._committer is not None:
-            result = await self._committer.submit(unit, first=first)
-        else:
-            async with self.write_sessionmaker() as session, session.begin():
-                result = await unit(session)
-        for hook in self.after_commit:
-            hook()
-        return result
+            return await self._committer.submit(unit, first=first)
+        async with self.sessionmaker() as session, session.begin():
+            return await session.run_sync(unit)
 
     async def dispose(self) -> None:
-        if self._committer is not None and self._committer.task is not None:
-            self._committer.task.cancel()
+        if self._committer is not None:
+            self._committer.close()
         await self.engine.dispose()
-        if self.write_engine is not self.engine:
-            await self.write_engine.dispose()
+        if self.write_engine is not None:
+            self.write_engine.dispose()

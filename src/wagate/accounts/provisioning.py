@@ -11,7 +11,7 @@ from typing import Any, Literal
 import phonenumbers
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import delete, select
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
 
 from wagate.accounts.models import Account, ApiKey, Role, User
 from wagate.channels.models import Channel, ChannelMember
@@ -73,8 +73,8 @@ def business_number(raw: str) -> str:
     return phonenumbers.format_number(parsed, phonenumbers.PhoneNumberFormat.E164)
 
 
-async def _user(session: AsyncSession, account: Account, spec: UserSpec) -> User:
-    user = await session.scalar(select(User).where(User.email == spec.email.lower()))
+def _user(session: Session, account: Account, spec: UserSpec) -> User:
+    user = session.scalar(select(User).where(User.email == spec.email.lower()))
     if user is None:
         user = User(
             account_id=account.id, email=spec.email.lower(), password_hash=hash_password(spec.password)
@@ -86,12 +86,12 @@ async def _user(session: AsyncSession, account: Account, spec: UserSpec) -> User
         user.password_hash = hash_password(spec.password)
     user.name = spec.name
     user.role = Role(spec.role)
-    await session.flush()
+    session.flush()
     return user
 
 
-async def _api_key(session: AsyncSession, account: Account, user: User, spec: ApiKeySpec) -> dict[str, Any]:
-    key = await session.scalar(select(ApiKey).where(ApiKey.user_id == user.id, ApiKey.name == spec.name))
+def _api_key(session: Session, account: Account, user: User, spec: ApiKeySpec) -> dict[str, Any]:
+    key = session.scalar(select(ApiKey).where(ApiKey.user_id == user.id, ApiKey.name == spec.name))
     token = spec.token
     if key is None:
         token = token or new_api_token()
@@ -104,14 +104,14 @@ async def _api_key(session: AsyncSession, account: Account, user: User, spec: Ap
         key.revoked_at = utcnow()
     elif not spec.revoked:
         key.revoked_at = None
-    await session.flush()
+    session.flush()
     return {"user": user.email, "name": key.name, "api_key_id": key.id, "token": token}
 
 
-async def _channel(
-    session: AsyncSession, account: Account, spec: ChannelSpec, users: dict[str, User], box: SecretBox
+def _channel(
+    session: Session, account: Account, spec: ChannelSpec, users: dict[str, User], box: SecretBox
 ) -> Channel:
-    channel = await session.scalar(select(Channel).where(Channel.phone_number_id == spec.phone_number_id))
+    channel = session.scalar(select(Channel).where(Channel.phone_number_id == spec.phone_number_id))
     if channel is None:
         channel = Channel(account_id=account.id, phone_number_id=spec.phone_number_id)
         session.add(channel)
@@ -123,51 +123,49 @@ async def _channel(
     channel.messages_per_second = spec.messages_per_second
     if not box.matches(channel.access_token_encrypted, spec.access_token):
         channel.access_token_encrypted = box.encrypt(spec.access_token)
-    await session.flush()
+    session.flush()
     wanted = set()
     for email in spec.members:
-        member = users.get(email.lower()) or await session.scalar(
-            select(User).where(User.email == email.lower())
-        )
+        member = users.get(email.lower()) or session.scalar(select(User).where(User.email == email.lower()))
         if member is None or member.account_id != account.id:
             raise ValueError(f"channel {spec.name}: member {email} is not a user of account {account.name}")
         wanted.add(member.id)
     current = set(
-        await session.scalars(select(ChannelMember.user_id).where(ChannelMember.channel_id == channel.id))
+        session.scalars(select(ChannelMember.user_id).where(ChannelMember.channel_id == channel.id))
     )
     for user_id in wanted - current:
         session.add(ChannelMember(channel_id=channel.id, user_id=user_id))
     if current - wanted:
-        await session.execute(
+        session.execute(
             delete(ChannelMember).where(
                 ChannelMember.channel_id == channel.id, ChannelMember.user_id.in_(current - wanted)
             )
         )
-    await session.flush()
+    session.flush()
     return channel
 
 
-async def provision(session: AsyncSession, spec: ProvisionFile, *, box: SecretBox) -> dict[str, Any]:
+def provision(session: Session, spec: ProvisionFile, *, box: SecretBox) -> dict[str, Any]:
     """Apply the file; returns the ids and tokens to print (templates are synced by the caller)."""
     out: list[dict[str, Any]] = []
     for account_spec in spec.accounts:
-        account = await session.scalar(select(Account).where(Account.name == account_spec.name))
+        account = session.scalar(select(Account).where(Account.name == account_spec.name))
         if account is None:
             account = Account(name=account_spec.name)
             session.add(account)
-            await session.flush()
-        users = {u.email.lower(): await _user(session, account, u) for u in account_spec.users}
+            session.flush()
+        users = {u.email.lower(): _user(session, account, u) for u in account_spec.users}
         keys = []
         for key_spec in account_spec.api_keys:
-            user = users.get(key_spec.user.lower()) or await session.scalar(
+            user = users.get(key_spec.user.lower()) or session.scalar(
                 select(User).where(User.email == key_spec.user.lower(), User.account_id == account.id)
             )
             if user is None:
                 raise ValueError(
                     f"api key {key_spec.name}: no user {key_spec.user} in account {account.name}"
                 )
-            keys.append(await _api_key(session, account, user, key_spec))
-        channels = [await _channel(session, account, c, users, box) for c in account_spec.channels]
+            keys.append(_api_key(session, account, user, key_spec))
+        channels = [_channel(session, account, c, users, box) for c in account_spec.channels]
         out.append(
             {
                 "account_id": account.id,

@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import select
+from sqlalchemy import Select, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
 
 from wagate.conversations.models import Contact, Conversation, ConversationStatus
 from wagate.db import dialect_name, utcnow
@@ -37,10 +38,8 @@ def window_of(last_customer_message_at: datetime | None) -> Window:
     return Window(last_customer_message_at, expires, utcnow())
 
 
-async def find_conversation(
-    session: AsyncSession, *, account_id: int, channel_id: int, phone_number: str
-) -> Conversation | None:
-    result: Conversation | None = await session.scalar(
+def conversation_query(*, account_id: int, channel_id: int, phone_number: str) -> Select[Conversation]:
+    return (
         select(Conversation)
         .join(Contact, Contact.id == Conversation.contact_id)
         .where(
@@ -49,17 +48,23 @@ async def find_conversation(
             Conversation.channel_id == channel_id,
         )
     )
+
+
+async def find_conversation(
+    session: AsyncSession, *, account_id: int, channel_id: int, phone_number: str
+) -> Conversation | None:
+    query = conversation_query(account_id=account_id, channel_id=channel_id, phone_number=phone_number)
+    result: Conversation | None = await session.scalar(query)
     return result
 
 
-def _insert_ignoring_conflict(session: AsyncSession, table: type[Contact] | type[Conversation]):  # type: ignore[no-untyped-def]
-    dialect = dialect_name(session)
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+def _insert_ignoring_conflict(session: Session, table: type[Contact] | type[Conversation]):  # type: ignore[no-untyped-def]
+    insert = postgresql.insert if dialect_name(session) == "postgresql" else sqlite.insert
     return insert(table).on_conflict_do_nothing()
 
 
-async def get_or_create_conversation(
-    session: AsyncSession,
+def get_or_create_conversation(
+    session: Session,
     *,
     account_id: int,
     channel_id: int,
@@ -71,21 +76,20 @@ async def get_or_create_conversation(
 
     Inserts ignore a conflict, so two writers creating the same contact at once both succeed.
     """
-    conversation = await find_conversation(
-        session, account_id=account_id, channel_id=channel_id, phone_number=phone_number
-    )
+    query = conversation_query(account_id=account_id, channel_id=channel_id, phone_number=phone_number)
+    conversation = session.scalar(query)
     if conversation is not None:
         return conversation
     now = utcnow()
-    await session.execute(
+    session.execute(
         _insert_ignoring_conflict(session, Contact).values(
             account_id=account_id, phone_number=phone_number, name=contact_name, created_at=now
         )
     )
-    contact_id = await session.scalar(
+    contact_id = session.scalar(
         select(Contact.id).where(Contact.account_id == account_id, Contact.phone_number == phone_number)
     )
-    await session.execute(
+    session.execute(
         _insert_ignoring_conflict(session, Conversation).values(
             account_id=account_id,
             channel_id=channel_id,
@@ -95,9 +99,7 @@ async def get_or_create_conversation(
             created_at=now,
         )
     )
-    conversation = await find_conversation(
-        session, account_id=account_id, channel_id=channel_id, phone_number=phone_number
-    )
+    conversation = session.scalar(query)
     assert conversation is not None  # inserted or already there
     return conversation
 

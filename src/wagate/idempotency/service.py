@@ -16,6 +16,7 @@ from typing import Any
 import orjson
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
 
 from wagate.db import utcnow
 from wagate.errors import IdempotencyKeyInUse, IdempotencyKeyReused, InvalidRequest
@@ -67,12 +68,12 @@ async def find_response(session: AsyncSession, request: IdempotentRequest) -> St
     return StoredResponse(row.response_status, row.response_body)
 
 
-async def remember_response(
-    session: AsyncSession, request: IdempotentRequest, response: StoredResponse, *, ttl_seconds: int
+def remember_response(
+    session: Session, request: IdempotentRequest, response: StoredResponse, *, ttl_seconds: int
 ) -> None:
     now = utcnow()
     # An expired row with the same key may still be there until the purge runs.
-    await session.execute(
+    session.execute(
         delete(IdempotencyKey).where(
             IdempotencyKey.api_key_id == request.api_key_id, IdempotencyKey.key == request.key
         )
@@ -88,11 +89,11 @@ async def remember_response(
             expires_at=now + timedelta(seconds=ttl_seconds),
         )
     )
-    await session.flush()
+    session.flush()
 
 
-async def purge_expired(session: AsyncSession) -> int:
-    result = await session.execute(delete(IdempotencyKey).where(IdempotencyKey.expires_at <= utcnow()))
+def purge_expired(session: Session) -> int:
+    result = session.execute(delete(IdempotencyKey).where(IdempotencyKey.expires_at <= utcnow()))
     return int(getattr(result, "rowcount", 0) or 0)
 
 

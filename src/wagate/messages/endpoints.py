@@ -6,7 +6,7 @@ from typing import Any
 from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
 
 from wagate.accounts.auth import Principal, account_member
 from wagate.channels.service import channel_for_member
@@ -103,12 +103,12 @@ async def _accept(
         locked_until = utcnow() + timedelta(seconds=dispatcher.in_flight_lease_seconds)
         claim = service.SendClaim(dispatcher.worker_id, locked_until)
 
-    async def unit(session: AsyncSession) -> int:
-        job_id = await service.store_send(
+    def unit(session: Session) -> int:
+        job_id = service.store_send(
             session, prepared, notify_others=not dispatcher.owns(prepared.channel_id), claim=claim
         )
         if idem is not None:
-            await idempotency.remember_response(
+            idempotency.remember_response(
                 session,
                 idem,
                 idempotency.StoredResponse(201, response),

@@ -9,6 +9,7 @@ from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
 
 from wagate.accounts.auth import Principal
 from wagate.channels.service import channel_for_member
@@ -163,8 +164,8 @@ class SendClaim:
     locked_until: datetime
 
 
-async def store_send(
-    session: AsyncSession, send: PreparedSend, *, notify_others: bool = True, claim: SendClaim | None = None
+def store_send(
+    session: Session, send: PreparedSend, *, notify_others: bool = True, claim: SendClaim | None = None
 ) -> int:
     """The unit of work behind a 201: the message, its conversation and its outbox row, together.
 
@@ -173,7 +174,7 @@ async def store_send(
     record), so the lane can call Meta the moment this commits. Returns the outbox row's id.
     """
     now = utcnow()
-    conversation = await get_or_create_conversation(
+    conversation = get_or_create_conversation(
         session,
         account_id=send.account_id,
         channel_id=send.channel_id,
@@ -222,8 +223,8 @@ async def store_send(
         job.locked_until = claim.locked_until
     session.add(job)
     if notify_others:
-        await notify_outbox(session, send.channel_id)
-    await session.flush()
+        notify_outbox(session, send.channel_id)
+    session.flush()
     return job.id
 
 

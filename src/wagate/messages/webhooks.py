@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy import or_, select
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
 
 from wagate.channels.models import Channel
 from wagate.conversations.models import ConversationStatus
@@ -41,8 +41,8 @@ def _external_error(update: StatusUpdate) -> str | None:
     return f"{error.code}: {error.title or error.message or 'unknown error'}"
 
 
-async def apply_status_payloads(
-    session: AsyncSession, payloads: list[dict[str, Any]], *, park_unknown: bool = True
+def apply_status_payloads(
+    session: Session, payloads: list[dict[str, Any]], *, park_unknown: bool = True
 ) -> list[StatusChange]:
     """Apply Meta status objects to our messages; statuses for unknown wamids are parked."""
     parsed: list[tuple[StatusUpdate, MessageStatus, dict[str, Any]]] = []
@@ -56,7 +56,7 @@ async def apply_status_payloads(
     wamids = {u.id for u, _, _ in parsed}
     our_ids = {u.biz_opaque_callback_data for u, _, _ in parsed if u.biz_opaque_callback_data}
     messages = list(
-        await session.scalars(
+        session.scalars(
             select(Message).where(
                 Message.direction == Direction.outbound,
                 or_(Message.upstream_message_id.in_(wamids), Message.id.in_(our_ids)),
@@ -87,19 +87,17 @@ async def apply_status_payloads(
     if settled:
         from wagate.outbox.sends import apply_parked_statuses, settle_sends
 
-        await settle_sends(session, settled)
-        await session.flush()
-        changes += await apply_parked_statuses(session, [by_id[m].upstream_message_id or "" for m in settled])
-    await session.flush()
+        settle_sends(session, settled)
+        session.flush()
+        changes += apply_parked_statuses(session, [by_id[m].upstream_message_id or "" for m in settled])
+    session.flush()
     return changes
 
 
-async def store_inbound(
-    session: AsyncSession, *, channel: Channel, inbound: list[InboundMessage]
-) -> list[Message]:
+def store_inbound(session: Session, *, channel: Channel, inbound: list[InboundMessage]) -> list[Message]:
     """A customer's messages: into the conversation, opening the 24-hour window and the conversation."""
     known = set(
-        await session.scalars(
+        session.scalars(
             select(Message.upstream_message_id).where(
                 Message.upstream_message_id.in_([m.wamid for m in inbound])
             )
@@ -114,7 +112,7 @@ async def store_inbound(
             phone_number = normalize_phone_number(item.from_, field="from")
         except InvalidPhoneNumber:
             phone_number = "+" + item.from_.lstrip("+")
-        conversation = await get_or_create_conversation(
+        conversation = get_or_create_conversation(
             session,
             account_id=channel.account_id,
             channel_id=channel.id,
@@ -145,23 +143,23 @@ async def store_inbound(
         )
         session.add(message)
         stored.append(message)
-    await session.flush()
+    session.flush()
     return stored
 
 
-async def process_webhook_bodies(session: AsyncSession, bodies: list[dict[str, Any]]) -> list[StatusChange]:
+def process_webhook_bodies(session: Session, bodies: list[dict[str, Any]]) -> list[StatusChange]:
     """Everything in a batch of stored Meta webhook bodies, in one transaction."""
     statuses = [status for body in bodies for status in raw_statuses(body)]
-    changes = await apply_status_payloads(session, statuses)
+    changes = apply_status_payloads(session, statuses)
     inbound_by_number: dict[str, list[InboundMessage]] = {}
     for body in bodies:
         for value in parse_webhook(body):
             if value.messages:
                 inbound_by_number.setdefault(value.phone_number_id, []).extend(value.messages)
     if inbound_by_number:
-        channels = await session.scalars(
+        channels = session.scalars(
             select(Channel).where(Channel.phone_number_id.in_(list(inbound_by_number)))
         )
         for channel in channels:
-            await store_inbound(session, channel=channel, inbound=inbound_by_number[channel.phone_number_id])
+            store_inbound(session, channel=channel, inbound=inbound_by_number[channel.phone_number_id])
     return changes

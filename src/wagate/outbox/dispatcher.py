@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
 
 from wagate.channels.models import Channel
 from wagate.config import Settings
@@ -151,8 +151,8 @@ class ChannelLane:
         limit = min(self.limiter.available(), MAX_CLAIM, self.max_in_flight - len(self.calls))
         lease = self.dispatcher.in_flight_lease_seconds
 
-        async def claim(session: AsyncSession) -> list[sends.ClaimedSend]:
-            return await sends.claim_sends(
+        def claim(session: Session) -> list[sends.ClaimedSend]:
+            return sends.claim_sends(
                 session,
                 channel_id=self.channel_id,
                 limit=limit,
@@ -208,8 +208,8 @@ class ChannelLane:
             return
         grace = self.dispatcher.settings.unconfirmed_send_grace_seconds
 
-        async def record(session: AsyncSession) -> None:
-            await sends.record_outcomes(session, batch, grace_seconds=grace)
+        def record(session: Session) -> None:
+            sends.record_outcomes(session, batch, grace_seconds=grace)
 
         try:
             await self.dispatcher.db.write(record, first=True)
@@ -317,8 +317,8 @@ class Dispatcher:
         return busy
 
     async def _claim(self, kind: JobKind) -> list[jobs.ClaimedJob]:
-        async def claim(session: AsyncSession) -> list[jobs.ClaimedJob]:
-            return await jobs.claim_jobs(session, kind=kind, limit=10, worker_id=self.worker_id)
+        def claim(session: Session) -> list[jobs.ClaimedJob]:
+            return jobs.claim_jobs(session, kind=kind, limit=10, worker_id=self.worker_id)
 
         return await self.db.write(claim)
 
@@ -337,8 +337,8 @@ class Dispatcher:
             log.warning("periodic job %s (%s) failed: %r; will retry", job.id, job.kind, exc)
             error = repr(exc)
 
-            async def fail(session: AsyncSession) -> None:
-                await jobs.fail_jobs(session, [job], error)
+            def fail(session: Session) -> None:
+                jobs.fail_jobs(session, [job], error)
 
             await self.db.write(fail)
 

@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import delete, select, update
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
 
 from wagate.channels.models import Channel
 from wagate.db import Database, dialect_name, utcnow
@@ -35,8 +35,8 @@ class ClaimedJob:
     attempts: int
 
 
-async def claim_jobs(
-    session: AsyncSession, *, kind: JobKind, limit: int, worker_id: str, lease_seconds: float = 300.0
+def claim_jobs(
+    session: Session, *, kind: JobKind, limit: int, worker_id: str, lease_seconds: float = 300.0
 ) -> list[ClaimedJob]:
     now = utcnow()
     due = (
@@ -53,7 +53,7 @@ async def claim_jobs(
     if dialect_name(session) == "postgresql":
         due = due.with_for_update(skip_locked=True)
     rows = (
-        await session.execute(
+        session.execute(
             update(OutboxJob)
             .where(OutboxJob.id.in_(due))
             .values(
@@ -67,16 +67,16 @@ async def claim_jobs(
     return sorted((ClaimedJob(r[0], JobKind(r[1]), r[2], r[3]) for r in rows), key=lambda j: j.id)
 
 
-async def finish_jobs(session: AsyncSession, job_ids: list[int]) -> None:
+def finish_jobs(session: Session, job_ids: list[int]) -> None:
     if job_ids:
-        await session.execute(delete(OutboxJob).where(OutboxJob.id.in_(job_ids)))
+        session.execute(delete(OutboxJob).where(OutboxJob.id.in_(job_ids)))
 
 
-async def fail_jobs(session: AsyncSession, jobs: list[ClaimedJob], error: str) -> None:
+def fail_jobs(session: Session, jobs: list[ClaimedJob], error: str) -> None:
     """Try again later with backoff; never drop a job (a stored webhook body is data we owe)."""
     now = utcnow()
     for job in jobs:
-        await session.execute(
+        session.execute(
             update(OutboxJob)
             .where(OutboxJob.id == job.id)
             .values(
@@ -91,16 +91,16 @@ async def fail_jobs(session: AsyncSession, jobs: list[ClaimedJob], error: str) -
 async def run_webhook_batch(db: Database, *, worker_id: str) -> int:
     """Claim and apply stored Meta webhooks; returns how many bodies were applied."""
 
-    async def claim(session: AsyncSession) -> list[ClaimedJob]:
-        return await claim_jobs(session, kind=JobKind.meta_webhook, limit=WEBHOOK_BATCH, worker_id=worker_id)
+    def claim(session: Session) -> list[ClaimedJob]:
+        return claim_jobs(session, kind=JobKind.meta_webhook, limit=WEBHOOK_BATCH, worker_id=worker_id)
 
     jobs = await db.write(claim)
     if not jobs:
         return 0
 
-    async def apply(session: AsyncSession) -> None:
-        await process_webhook_bodies(session, [job.payload for job in jobs])
-        await finish_jobs(session, [job.id for job in jobs])
+    def apply(session: Session) -> None:
+        process_webhook_bodies(session, [job.payload for job in jobs])
+        finish_jobs(session, [job.id for job in jobs])
 
     try:
         await db.write(apply)
@@ -108,8 +108,8 @@ async def run_webhook_batch(db: Database, *, worker_id: str) -> int:
         log.exception("applying %d Meta webhooks failed; they will be retried", len(jobs))
         error = repr(exc)
 
-        async def retry(session: AsyncSession) -> None:
-            await fail_jobs(session, jobs, error)
+        def retry(session: Session) -> None:
+            fail_jobs(session, jobs, error)
 
         await db.write(retry)
     return len(jobs)
@@ -119,17 +119,17 @@ async def sync_channel_templates(
     db: Database, *, channel_id: int, client: CloudApiClient, secret_box: SecretBox
 ) -> int:
     """Fetch the channel's templates from its WhatsApp Business Account and store them."""
-    async with db.read() as session:
-        channel = await session.get(Channel, channel_id)
+    async with db.read() as reader:
+        channel = await reader.get(Channel, channel_id)
     if channel is None:
         return 0
     records = await client.list_templates(channel.waba_id, secret_box.decrypt(channel.access_token_encrypted))
 
-    async def store(session: AsyncSession) -> int:
-        fresh = await session.get(Channel, channel_id)
+    def store(session: Session) -> int:
+        fresh = session.get(Channel, channel_id)
         if fresh is None:
             return 0
-        return await replace_templates(session, channel=fresh, records=records)
+        return replace_templates(session, channel=fresh, records=records)
 
     count: int = await db.write(store)
     return count
@@ -144,15 +144,11 @@ def schedule_template_sync(channel_id: int, *, delay_seconds: float = 0.0) -> Ou
     )
 
 
-async def ensure_periodic_jobs(session: AsyncSession, *, template_sync_interval: float) -> None:
+def ensure_periodic_jobs(session: Session, *, template_sync_interval: float) -> None:
     """Periodic work is rows too: make sure each exists once (a fresh database, a new channel)."""
-    payloads = await session.scalars(
-        select(OutboxJob.payload).where(OutboxJob.kind == JobKind.sync_templates)
-    )
+    payloads = session.scalars(select(OutboxJob.payload).where(OutboxJob.kind == JobKind.sync_templates))
     scheduled_ids = {p.get("channel_id") for p in payloads}
-    for channel_id, synced_at in (
-        await session.execute(select(Channel.id, Channel.templates_synced_at))
-    ).all():
+    for channel_id, synced_at in (session.execute(select(Channel.id, Channel.templates_synced_at))).all():
         if channel_id not in scheduled_ids:
             delay = 0.0
             if synced_at is not None:
@@ -160,12 +156,10 @@ async def ensure_periodic_jobs(session: AsyncSession, *, template_sync_interval:
                     0.0, (synced_at + timedelta(seconds=template_sync_interval) - utcnow()).total_seconds()
                 )
             session.add(schedule_template_sync(channel_id, delay_seconds=delay))
-    has_purge = await session.scalar(
-        select(OutboxJob.id).where(OutboxJob.kind == JobKind.purge_expired).limit(1)
-    )
+    has_purge = session.scalar(select(OutboxJob.id).where(OutboxJob.kind == JobKind.purge_expired).limit(1))
     if has_purge is None:
         session.add(OutboxJob(kind=JobKind.purge_expired, priority=Priority.background, payload={}))
-    await session.flush()
+    session.flush()
 
 
 async def run_periodic_job(
@@ -183,8 +177,8 @@ async def run_periodic_job(
         next_job = schedule_template_sync(channel_id, delay_seconds=template_sync_interval)
     else:
 
-        async def purge(session: AsyncSession) -> None:
-            await purge_idempotency_keys(session)
+        def purge(session: Session) -> None:
+            purge_idempotency_keys(session)
 
         await db.write(purge)
         next_job = OutboxJob(
@@ -194,9 +188,9 @@ async def run_periodic_job(
             run_at=utcnow() + PURGE_INTERVAL,
         )
 
-    async def reschedule(session: AsyncSession) -> None:
-        await finish_jobs(session, [job.id])
+    def reschedule(session: Session) -> None:
+        finish_jobs(session, [job.id])
         session.add(next_job)
-        await session.flush()
+        session.flush()
 
     await db.write(reschedule)

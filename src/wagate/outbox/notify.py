@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import psycopg
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
 
 from wagate.db import dialect_name
 
@@ -21,14 +21,14 @@ log = logging.getLogger(__name__)
 CHANNEL = "wagate_outbox"
 
 
-async def notify_outbox(session: AsyncSession, channel_id: int | None) -> None:
+def notify_outbox(session: Session, channel_id: int | None) -> None:
     """Tell listening workers that outbox rows (for this channel, if given) are due; sent on commit.
 
     The payload names this process, whose own dispatcher was already woken without the round trip.
     """
     if dialect_name(session) == "postgresql":
         payload = f"{os.getpid()}:{channel_id or ''}"
-        await session.execute(text("SELECT pg_notify(:c, :p)"), {"c": CHANNEL, "p": payload})
+        session.execute(text("SELECT pg_notify(:c, :p)"), {"c": CHANNEL, "p": payload})
 
 
 def libpq_url(url: str) -> str:

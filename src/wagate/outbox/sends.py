@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import delete, select, update
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
 
 from wagate.db import dialect_name, utcnow
 from wagate.messages.models import Message, MessageStatus, ParkedStatus
@@ -65,8 +65,8 @@ class Rejected:
 Outcome = Sent | Retry | Unknown | Rejected
 
 
-async def claim_sends(
-    session: AsyncSession, *, channel_id: int, limit: int, worker_id: str, lease_seconds: float
+def claim_sends(
+    session: Session, *, channel_id: int, limit: int, worker_id: str, lease_seconds: float
 ) -> list[ClaimedSend]:
     """Take up to `limit` due sends of the channel, best priority first, and record the attempt."""
     now = utcnow()
@@ -84,7 +84,7 @@ async def claim_sends(
     if dialect_name(session) == "postgresql":
         due = due.with_for_update(skip_locked=True)
     rows = (
-        await session.execute(
+        session.execute(
             update(OutboxJob)
             .where(OutboxJob.id.in_(due))
             .values(
@@ -102,32 +102,30 @@ async def claim_sends(
     return sorted(claimed, key=lambda c: (c.priority, c.job_id))
 
 
-async def record_outcomes(
-    session: AsyncSession, outcomes: list[Outcome], *, grace_seconds: float
-) -> list[StatusChange]:
+def record_outcomes(session: Session, outcomes: list[Outcome], *, grace_seconds: float) -> list[StatusChange]:
     """Store a round of send results in one transaction; returns the status changes it made."""
     now = utcnow()
     changes: list[StatusChange] = []
     sent = [o for o in outcomes if isinstance(o, Sent)]
     if sent:
-        await session.execute(
+        session.execute(
             update(Message),
             [{"id": o.send.message_id, "upstream_message_id": o.wamid} for o in sent],
         )
-        changes += await apply_parked_statuses(session, [o.wamid for o in sent])
+        changes += apply_parked_statuses(session, [o.wamid for o in sent])
     rejected = [o for o in outcomes if isinstance(o, Rejected)]
     if rejected:
         errors = {o.send.message_id: o.external_error for o in rejected}
-        for message in await session.scalars(select(Message).where(Message.id.in_(errors))):
+        for message in session.scalars(select(Message).where(Message.id.in_(errors))):
             change = apply_status(message, MessageStatus.failed, external_error=errors[message.id])
             if change:
                 changes.append(change)
     finished = [o.send.job_id for o in outcomes if isinstance(o, Sent | Rejected)]
     if finished:
-        await session.execute(delete(OutboxJob).where(OutboxJob.id.in_(finished)))
+        session.execute(delete(OutboxJob).where(OutboxJob.id.in_(finished)))
     for outcome in outcomes:
         if isinstance(outcome, Retry):
-            await session.execute(
+            session.execute(
                 update(OutboxJob)
                 .where(OutboxJob.id == outcome.send.job_id)
                 .values(
@@ -139,7 +137,7 @@ async def record_outcomes(
                 )
             )
         elif isinstance(outcome, Unknown):
-            await session.execute(
+            session.execute(
                 update(OutboxJob)
                 .where(OutboxJob.id == outcome.send.job_id)
                 .values(
@@ -151,20 +149,18 @@ async def record_outcomes(
     return changes
 
 
-async def apply_parked_statuses(session: AsyncSession, wamids: list[str]) -> list[StatusChange]:
+def apply_parked_statuses(session: Session, wamids: list[str]) -> list[StatusChange]:
     """Statuses that came before their send result: apply them now that the wamid is known."""
     from wagate.messages.webhooks import apply_status_payloads  # the one place that reads Meta statuses
 
-    parked = list(
-        await session.scalars(select(ParkedStatus).where(ParkedStatus.upstream_message_id.in_(wamids)))
-    )
+    parked = list(session.scalars(select(ParkedStatus).where(ParkedStatus.upstream_message_id.in_(wamids))))
     if not parked:
         return []
-    await session.execute(delete(ParkedStatus).where(ParkedStatus.id.in_([p.id for p in parked])))
-    return await apply_status_payloads(session, [p.payload for p in parked], park_unknown=False)
+    session.execute(delete(ParkedStatus).where(ParkedStatus.id.in_([p.id for p in parked])))
+    return apply_status_payloads(session, [p.payload for p in parked], park_unknown=False)
 
 
-async def release_unconfirmed(session: AsyncSession) -> list[StatusChange]:
+def release_unconfirmed(session: Session) -> list[StatusChange]:
     """Settle sends whose outcome stayed unknown past their grace period, with no status webhook.
 
     `in_flight` past its lease: the process died between recording the attempt and recording the
@@ -176,7 +172,7 @@ async def release_unconfirmed(session: AsyncSession) -> list[StatusChange]:
     """
     now = utcnow()
     rows = (
-        await session.execute(
+        session.execute(
             select(OutboxJob, Message)
             .join(Message, Message.id == OutboxJob.message_id)
             .where(
@@ -201,15 +197,15 @@ async def release_unconfirmed(session: AsyncSession) -> list[StatusChange]:
             change = apply_status(message, MessageStatus.failed, external_error=UNCONFIRMED_ERROR)
             if change:
                 changes.append(change)
-        await session.delete(job)
-    await session.flush()
+        session.delete(job)
+    session.flush()
     return changes
 
 
-async def settle_sends(session: AsyncSession, message_ids: list[str]) -> None:
+def settle_sends(session: Session, message_ids: list[str]) -> None:
     """A status webhook proved Meta has these messages: their unconfirmed send rows are done."""
     if message_ids:
-        await session.execute(
+        session.execute(
             delete(OutboxJob).where(
                 OutboxJob.kind == JobKind.send_message,
                 OutboxJob.state.in_([JobState.in_flight, JobState.unconfirmed]),

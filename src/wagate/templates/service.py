@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
 
 from wagate.channels.models import Channel
 from wagate.db import utcnow
@@ -53,13 +54,11 @@ async def list_templates(
     return list(await session.scalars(query.order_by(Template.channel_id, Template.name, Template.language)))
 
 
-async def replace_templates(
-    session: AsyncSession, *, channel: Channel, records: Sequence[TemplateRecord]
-) -> int:
+def replace_templates(session: Session, *, channel: Channel, records: Sequence[TemplateRecord]) -> int:
     """Make the channel's stored templates exactly the synced list; returns how many there are."""
     existing = {
         (t.name, t.language): t
-        for t in await session.scalars(select(Template).where(Template.channel_id == channel.id))
+        for t in session.scalars(select(Template).where(Template.channel_id == channel.id))
     }
     now = utcnow()
     seen: set[tuple[str, str]] = set()
@@ -80,7 +79,7 @@ async def replace_templates(
         template.synced_at = now
     gone = [t.id for key, t in existing.items() if key not in seen]
     if gone:
-        await session.execute(delete(Template).where(Template.id.in_(gone)))
+        session.execute(delete(Template).where(Template.id.in_(gone)))
     channel.templates_synced_at = now
-    await session.flush()
+    session.flush()
     return len(seen)

@@ -8,7 +8,7 @@ import logging
 import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
 
 from wagate.db import utcnow
 from wagate.outbox.models import JobKind, OutboxJob, Priority
@@ -51,14 +51,14 @@ async def receive(request: Request) -> Response:
     except (orjson.JSONDecodeError, MalformedWebhook) as exc:
         return _error(400, "invalid_request", f"The body is not a WhatsApp webhook: {exc}")
 
-    async def store(session: AsyncSession) -> None:
+    def store(session: Session) -> None:
         # Stored before the 200: Meta does not resend what it saw acknowledged.
         session.add(
             OutboxJob(kind=JobKind.meta_webhook, priority=Priority.background, payload=body, run_at=utcnow())
         )
         if not state.dispatcher.running:  # ours applies it; otherwise a worker elsewhere must
-            await notify_outbox(session, None)
-        await session.flush()
+            notify_outbox(session, None)
+        session.flush()
 
     await state.db.write(store)
     state.dispatcher.wake()
