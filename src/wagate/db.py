@@ -3,11 +3,12 @@
 Every write of the API and the dispatcher is a *unit of work*: a plain function that takes a (sync)
 session, adds and flushes, and returns a value. `Database.write(unit)` runs it in a transaction and
 commits. Units are synchronous so that the database decides how to run them cheaply:
-- SQLite has one writer, and a durable commit costs an fsync. Units that arrive while a commit is in
-  flight are queued, and the next batch runs them together on the writer thread, each in its own
-  savepoint, under one commit (group commit): one hand-off to that thread per batch, not one per
-  statement. A unit that raises rolls back only its savepoint and gets its exception back.
-- PostgreSQL runs each unit in its own transaction (`AsyncSession.run_sync`), side by side.
+- Units that arrive while a commit is in flight are queued, and the next batch runs them together
+  under one commit (group commit): a durable commit costs an fsync (SQLite) or a WAL flush
+  (PostgreSQL), and one statement's round trip is most of a small unit's cost.
+- SQLite runs a batch on its writer thread with the plain driver: one hand-off to that thread per
+  batch, not one per statement. PostgreSQL runs it with `AsyncSession.run_sync`.
+- A unit that raises gets its exception back and stores nothing; the others commit.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ from typing import Any, TypeVar
 from sqlalchemy import DateTime, Engine, MetaData, create_engine, event
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
-from sqlalchemy.orm import DeclarativeBase, Session, sessionmaker
+from sqlalchemy.orm import DeclarativeBase, Session
 from sqlalchemy.types import TypeDecorator
 
 T = TypeVar("T")
@@ -116,24 +117,46 @@ class _PendingUnit:
     future: asyncio.Future[Any]
 
 
+def run_units(session: Session, units: list[UnitOfWork[Any]]) -> list[tuple[bool, Any]]:
+    """Run a batch of units in the session's transaction and commit once.
+
+    Optimistic: units rarely fail (every check ran before), so they first run without savepoints,
+    which cost a statement each. If one raises, the batch is rolled back and run again with each
+    unit in its own savepoint, so only the failing one is lost.
+    """
+    try:
+        results: list[tuple[bool, Any]] = [(True, unit(session)) for unit in units]
+        session.commit()
+        return results
+    except Exception:
+        session.rollback()
+        if len(units) == 1:
+            raise
+    results = []
+    for unit in units:
+        try:
+            with session.begin_nested():
+                results.append((True, unit(session)))
+        except Exception as exc:  # the unit's own failure: only its savepoint rolls back
+            results.append((False, exc))
+    session.commit()
+    return results
+
+
 @dataclass
 class _GroupCommitter:
-    """Runs queued units of work in batches on the writer thread, one SQLite transaction per batch.
+    """Runs queued units of work in batches, one transaction and one commit per batch.
 
     Units submitted `first` (the dispatcher's claims and results) go into the next batch ahead of
     the others, so sending never queues behind a crowd of API writes.
     """
 
-    sessionmaker: sessionmaker[Session]
+    run_batch: Callable[[list[UnitOfWork[Any]]], Awaitable[list[tuple[bool, Any]]]]
     max_batch: int = 256
     urgent: deque[_PendingUnit] = field(default_factory=deque)
     normal: deque[_PendingUnit] = field(default_factory=deque)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
-    # SQLite connections belong to the thread that made them: the writer connection lives here.
-    thread: ThreadPoolExecutor = field(
-        default_factory=lambda: ThreadPoolExecutor(max_workers=1, thread_name_prefix="wagate-sqlite-writer")
-    )
 
     async def submit(self, unit: UnitOfWork[T], *, first: bool) -> T:
         if self.task is None or self.task.done():
@@ -151,14 +174,12 @@ class _GroupCommitter:
         return batch
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
         while True:
             await self.ready.wait()
             self.ready.clear()
             while batch := self._take_batch():
-                units = [p.unit for p in batch]
                 try:
-                    results = await loop.run_in_executor(self.thread, self._commit_batch, units)
+                    results = await self.run_batch([p.unit for p in batch])
                 except Exception as exc:  # the commit itself failed: nothing of the batch is stored
                     results = [(False, exc)] * len(batch)
                 for pending, (ok, value) in zip(batch, results, strict=True):
@@ -169,50 +190,50 @@ class _GroupCommitter:
                     else:
                         pending.future.set_exception(value)
 
-    def _commit_batch(self, units: list[UnitOfWork[Any]]) -> list[tuple[bool, Any]]:
-        """On the writer thread: every unit in its savepoint, then one commit."""
-        results: list[tuple[bool, Any]] = []
-        with self.sessionmaker() as session:
-            for unit in units:
-                try:
-                    with session.begin_nested():
-                        results.append((True, unit(session)))
-                except Exception as exc:  # the unit's own failure: only its savepoint rolls back
-                    results.append((False, exc))
-            session.commit()
-        return results
-
     def close(self) -> None:
         if self.task is not None:
             self.task.cancel()
-        self.thread.shutdown(wait=True)
 
 
 class Database:
     def __init__(self, url: str, *, pool_size: int = 20) -> None:
         self.url = url
         self.is_sqlite = url.startswith("sqlite")
-        self._committer: _GroupCommitter | None = None
+        self.write_engine: Engine | None = None
+        self._writer_thread: ThreadPoolExecutor | None = None
         if self.is_sqlite:
             path = sqlite_path(url)
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
             self.engine = create_async_engine(url, pool_size=pool_size, max_overflow=0)
             _configure_sqlite(self.engine, begin="BEGIN")
-            # The one writer connection, on the writer thread, with the plain (blocking) driver.
+            # The one writer connection, on the writer thread (SQLite connections belong to the
+            # thread that made them), with the plain blocking driver: a batch is one hand-off.
             # IMMEDIATE takes the write lock up front, so a second process (a CLI command beside
             # `serve`) waits its turn instead of failing on a lock upgrade.
-            self.write_engine: Engine | None = create_engine(
+            self.write_engine = create_engine(
                 url.replace("sqlite+aiosqlite:", "sqlite:", 1), pool_size=1, max_overflow=0
             )
             _configure_sqlite(self.write_engine, begin="BEGIN IMMEDIATE")
-            self._committer = _GroupCommitter(sessionmaker(self.write_engine, expire_on_commit=False))
+            self._writer_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wagate-sqlite-writer")
         else:
             # No pre-ping: it costs a round trip per checkout; a dead connection fails its statement
             # and the pool replaces it.
             self.engine = create_async_engine(url, pool_size=pool_size, max_overflow=pool_size)
-            self.write_engine = None
         self.sessionmaker = async_sessionmaker(self.engine, expire_on_commit=False)
+        self._committer = _GroupCommitter(self._run_batch)
+
+    async def _run_batch(self, units: list[UnitOfWork[Any]]) -> list[tuple[bool, Any]]:
+        if self.write_engine is not None and self._writer_thread is not None:
+            write_engine = self.write_engine
+
+            def on_writer_thread() -> list[tuple[bool, Any]]:
+                with Session(write_engine, expire_on_commit=False) as session:
+                    return run_units(session, units)
+
+            return await asyncio.get_running_loop().run_in_executor(self._writer_thread, on_writer_thread)
+        async with self.sessionmaker() as session:
+            return await session.run_sync(run_units, units)
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncSession]:
@@ -222,18 +243,17 @@ class Database:
     async def write(self, unit: UnitOfWork[T], *, first: bool = False) -> T:
         """Run `unit` in a transaction and commit it; the commit is durable when this returns.
 
-        `first`: on SQLite, put it ahead of units already waiting (for the dispatcher's own writes).
+        Units that come in while a commit is in flight share the next one (group commit); `first`
+        puts a unit ahead of those already waiting (for the dispatcher's own writes).
         """
         if inspect.iscoroutinefunction(unit):
             raise TypeError("a unit of work is a plain function of a Session, not a coroutine function")
-        if self._committer is not None:
-            return await self._committer.submit(unit, first=first)
-        async with self.sessionmaker() as session, session.begin():
-            return await session.run_sync(unit)
+        return await self._committer.submit(unit, first=first)
 
     async def dispose(self) -> None:
-        if self._committer is not None:
-            self._committer.close()
+        self._committer.close()
+        if self._writer_thread is not None:
+            self._writer_thread.shutdown(wait=True)
         await self.engine.dispose()
         if self.write_engine is not None:
             self.write_engine.dispose()

@@ -97,9 +97,9 @@ async def _accept(
     dispatcher = state.dispatcher
     # The fast path: when this process sends for the channel and has a free slot, the row is stored
     # already claimed and the call starts right after the commit, without a claim of its own.
-    lane = dispatcher.reserve_send(prepared.channel_id)
+    reserved = dispatcher.reserve_send(prepared.channel_id)
     claim = None
-    if lane is not None:
+    if reserved is not None:
         locked_until = utcnow() + timedelta(seconds=dispatcher.in_flight_lease_seconds)
         claim = service.SendClaim(dispatcher.worker_id, locked_until)
 
@@ -117,8 +117,11 @@ async def _accept(
         return job_id
 
     job_id = await state.db.write(unit)
-    if lane is not None:
-        lane.send_now(ClaimedSend(job_id, prepared.message_id, prepared.upstream_body, 1, prepared.priority))
+    if reserved is not None:
+        lane, hold = reserved
+        lane.send_now(
+            ClaimedSend(job_id, prepared.message_id, prepared.upstream_body, 1, prepared.priority), hold
+        )
     else:
         dispatcher.wake(prepared.channel_id)
     return JSONResponse(response, status_code=201)

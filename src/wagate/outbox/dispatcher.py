@@ -76,16 +76,17 @@ class ChannelLane:
     def wake(self) -> None:
         self.wake_event.set()
 
-    def reserve(self) -> bool:
-        """Take one send slot now, for a message the API will store already claimed (see send_now)."""
+    def reserve(self) -> float | None:
+        """Hold one send slot for a message the API will store already claimed (see send_now)."""
         ready = self.config is not None and not self.stopping and time.monotonic() >= self.throttled_until
         if not ready or len(self.calls) >= self.max_in_flight or self.limiter.available() < 1:
-            return False
-        self.limiter.record(1)
-        return True
+            return None
+        return self.limiter.reserve(1)
 
-    def send_now(self, claimed: sends.ClaimedSend) -> None:
-        """Call Meta for a send whose claim was committed with the message itself."""
+    def send_now(self, claimed: sends.ClaimedSend, hold: float | None = None) -> None:
+        """Call Meta for a claimed send; `hold` is the fast path's slot, which counts from now."""
+        if hold is not None:
+            self.limiter.settle(hold, 1, 1)
         if self.config is None:  # cannot happen after reserve(); the row is settled as orphaned
             return
         call = asyncio.create_task(self._call(self.config, claimed))
@@ -149,6 +150,10 @@ class ChannelLane:
         if wait > 0:
             await asyncio.sleep(wait)
         limit = min(self.limiter.available(), MAX_CLAIM, self.max_in_flight - len(self.calls))
+        if limit < 1:
+            return True
+        # The slots are held during the claim, so the API's fast path cannot take them meanwhile.
+        hold = self.limiter.reserve(limit)
         lease = self.dispatcher.in_flight_lease_seconds
 
         def claim(session: Session) -> list[sends.ClaimedSend]:
@@ -160,10 +165,13 @@ class ChannelLane:
                 lease_seconds=lease,
             )
 
-        claimed = await self.dispatcher.db.write(claim, first=True)
+        claimed: list[sends.ClaimedSend] = []
+        try:
+            claimed = await self.dispatcher.db.write(claim, first=True)
+        finally:
+            self.limiter.settle(hold, limit, len(claimed))
         if not claimed:
             return False
-        self.limiter.record(len(claimed))
         for send in claimed:
             self.send_now(send)
         return True
@@ -252,10 +260,11 @@ class Dispatcher:
         """How long a claimed send stays `in_flight`: the call's timeout, then the grace for a webhook."""
         return self.settings.upstream_timeout_seconds + self.settings.unconfirmed_send_grace_seconds
 
-    def reserve_send(self, channel_id: int) -> ChannelLane | None:
-        """The lane that will send a new single message the moment it is stored, if it can right now."""
+    def reserve_send(self, channel_id: int) -> tuple[ChannelLane, float] | None:
+        """The lane that will send a new single message the moment it is stored, with its slot's hold."""
         lane = self.lanes.get(channel_id)
-        return lane if lane is not None and lane.reserve() else None
+        hold = lane.reserve() if lane is not None else None
+        return (lane, hold) if lane is not None and hold is not None else None
 
     def owns(self, channel_id: int) -> bool:
         """Whether this process sends for the channel, so no other needs waking for it."""

@@ -52,6 +52,21 @@ class SlidingWindowLimiter:
         now = time.monotonic() if now is None else now
         self._sent.extend([now] * count)
 
+    def reserve(self, count: int) -> float:
+        """Hold `count` slots while the sends are being prepared; returns the hold's stamp."""
+        stamp = time.monotonic()
+        self._sent.extend([stamp] * count)
+        return stamp
+
+    def settle(self, stamp: float, reserved: int, used: int) -> None:
+        """Turn a hold into the sends that really start now: the window counts from when they leave."""
+        for _ in range(reserved):
+            try:
+                self._sent.remove(stamp)
+            except ValueError:  # already out of the window
+                break
+        self.record(used)
+
     def set_rate(self, rate: int) -> None:
         self.rate = max(1, rate)
         self.slice_rate = max(1, math.ceil(self.rate / self.SLICES))
