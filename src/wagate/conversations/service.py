@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from wagate.conversations.models import Contact, Conversation, ConversationStatus
-from wagate.db import dialect_name, utcnow
+from wagate.db import dialect_name, table_of, utcnow
 
 WINDOW = timedelta(hours=24)
 
@@ -102,6 +102,34 @@ def get_or_create_conversation(
     conversation = session.scalar(query)
     assert conversation is not None  # inserted or already there
     return conversation
+
+
+def touch_after_send(
+    session: Session, *, account_id: int, channel_id: int, phone_number: str, status: ConversationStatus
+) -> int:
+    """Give the conversation its status after an API send; returns its id. One statement when it exists."""
+    now = utcnow()
+    conversations = table_of(Conversation)
+    contact_id = (
+        select(Contact.id).where(Contact.account_id == account_id, Contact.phone_number == phone_number)
+    ).scalar_subquery()
+    conversation_id: int | None = session.execute(
+        conversations.update()
+        .where(conversations.c.channel_id == channel_id, conversations.c.contact_id == contact_id)
+        .values(status=status.value, last_activity_at=now)
+        .returning(conversations.c.id)
+    ).scalar()
+    if conversation_id is None:
+        conversation = get_or_create_conversation(
+            session,
+            account_id=account_id,
+            channel_id=channel_id,
+            phone_number=phone_number,
+            initial_status=status,
+        )
+        conversation.status = status
+        conversation_id = conversation.id
+    return conversation_id
 
 
 def status_after_send(requested: ConversationStatus | None) -> ConversationStatus:

@@ -7,7 +7,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
@@ -15,13 +15,8 @@ from wagate.accounts.auth import Principal
 from wagate.channels.service import channel_for_member
 from wagate.config import Settings
 from wagate.conversations.models import Conversation, ConversationStatus
-from wagate.conversations.service import (
-    find_conversation,
-    get_or_create_conversation,
-    status_after_send,
-    window_of,
-)
-from wagate.db import isoformat, utcnow
+from wagate.conversations.service import find_conversation, status_after_send, touch_after_send, window_of
+from wagate.db import isoformat, table_of, utcnow
 from wagate.errors import MessageNotFound, TemplateParametersMismatch, WindowClosed
 from wagate.ids import new_id
 from wagate.lookups import Lookups
@@ -174,58 +169,68 @@ def store_send(
     record), so the lane can call Meta the moment this commits. Returns the outbox row's id.
     """
     now = utcnow()
-    conversation = get_or_create_conversation(
+    conversation_id = touch_after_send(
         session,
         account_id=send.account_id,
         channel_id=send.channel_id,
         phone_number=send.phone_number,
-        initial_status=status_after_send(send.conversation_status),
+        status=status_after_send(send.conversation_status),
     )
-    conversation.status = status_after_send(send.conversation_status)
-    conversation.last_activity_at = now
     template = send.template.template if send.template else None
-    message = Message(
-        id=send.message_id,
-        account_id=send.account_id,
-        channel_id=send.channel_id,
-        conversation_id=conversation.id,
-        direction=Direction.outbound,
-        phone_number=send.phone_number,
-        status=MessageStatus.sent,
-        sent_as=send.sent_as,
-        text=send.text,
-        template_name=template.name if template else None,
-        template_language=template.language if template else None,
-        template_category=template.category if template else None,
-        template_parameters=send.template.parameters if send.template else None,
-        cost_micros=send.cost_micros,
-        cost_currency=send.currency,
-        batch_id=send.batch_id,
-        status_callback=send.status_callback,
-        status_history=[{"status": MessageStatus.sent.value, "at": isoformat(now) or ""}],
-        created_at=now,
-        updated_at=now,
+    # Core inserts: this runs for every accepted message, and the ORM's unit of work costs more
+    # than the statements themselves.
+    session.execute(
+        insert(table_of(Message)).values(
+            id=send.message_id,
+            account_id=send.account_id,
+            channel_id=send.channel_id,
+            conversation_id=conversation_id,
+            direction=Direction.outbound,
+            phone_number=send.phone_number,
+            status=MessageStatus.sent,
+            sent_as=send.sent_as,
+            text=send.text,
+            template_name=template.name if template else None,
+            template_language=template.language if template else None,
+            template_category=template.category if template else None,
+            template_parameters=send.template.parameters if send.template else None,
+            cost_micros=send.cost_micros,
+            cost_currency=send.currency,
+            batch_id=send.batch_id,
+            status_callback=send.status_callback,
+            status_history=[{"status": MessageStatus.sent.value, "at": isoformat(now) or ""}],
+            created_at=now,
+            updated_at=now,
+        )
     )
-    session.add(message)
-    job = OutboxJob(
-        kind=JobKind.send_message,
-        priority=send.priority,
-        channel_id=send.channel_id,
-        message_id=send.message_id,
-        payload={"body": send.upstream_body},
-        run_at=now,
-        created_at=now,
+    claimed = (
+        {
+            "state": JobState.in_flight,
+            "attempts": 1,
+            "locked_by": claim.worker_id,
+            "locked_until": claim.locked_until,
+        }
+        if claim is not None
+        else {"state": JobState.ready, "attempts": 0}
     )
-    if claim is not None:
-        job.state = JobState.in_flight
-        job.attempts = 1
-        job.locked_by = claim.worker_id
-        job.locked_until = claim.locked_until
-    session.add(job)
+    outbox = table_of(OutboxJob)
+    job_id: int = session.execute(
+        insert(outbox)
+        .values(
+            kind=JobKind.send_message,
+            priority=send.priority,
+            channel_id=send.channel_id,
+            message_id=send.message_id,
+            payload={"body": send.upstream_body},
+            run_at=now,
+            created_at=now,
+            **claimed,
+        )
+        .returning(outbox.c.id)
+    ).scalar_one()
     if notify_others:
         notify_outbox(session, send.channel_id)
-    session.flush()
-    return job.id
+    return job_id
 
 
 async def read_message(session: AsyncSession, *, principal: Principal, message_id: str) -> dict[str, Any]:

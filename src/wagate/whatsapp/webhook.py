@@ -8,9 +8,10 @@ import logging
 import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from sqlalchemy import insert
 from sqlalchemy.orm import Session
 
-from wagate.db import utcnow
+from wagate.db import table_of, utcnow
 from wagate.outbox.models import JobKind, OutboxJob, Priority
 from wagate.outbox.notify import notify_outbox
 from wagate.whatsapp.payloads import MalformedWebhook, parse_webhook
@@ -53,12 +54,18 @@ async def receive(request: Request) -> Response:
 
     def store(session: Session) -> None:
         # Stored before the 200: Meta does not resend what it saw acknowledged.
-        session.add(
-            OutboxJob(kind=JobKind.meta_webhook, priority=Priority.background, payload=body, run_at=utcnow())
+        now = utcnow()
+        session.execute(
+            insert(table_of(OutboxJob)).values(
+                kind=JobKind.meta_webhook,
+                priority=Priority.background,
+                payload=body,
+                run_at=now,
+                created_at=now,
+            )
         )
         if not state.dispatcher.running:  # ours applies it; otherwise a worker elsewhere must
             notify_outbox(session, None)
-        session.flush()
 
     await state.db.write(store)
     state.dispatcher.wake()
