@@ -36,7 +36,8 @@ class SendBody(BaseModel):
 
 
 def create_bare_app() -> FastAPI:
-    app = FastAPI(title="bare")
+    # Configured as `wagate serve` configures its app (WAGATE_OPENTELEMETRY's default: off).
+    app = FastAPI(title="bare", telemetry={"tracing": False, "metrics": False, "logs": False})
     ids = itertools.count(1)
 
     @app.post("/v1/accounts/{account_id}/whatsapp/messages", status_code=201)

@@ -107,7 +107,9 @@ def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True)
             await client.close()
             await db.dispose()
 
+    telemetry = {} if settings.opentelemetry else {"tracing": False, "metrics": False, "logs": False}
     app = FastAPI(
+        telemetry=telemetry,  # type: ignore[arg-type]
         title="wagate",
         version="1",
         summary="Outbound WhatsApp gateway: send templates, OTPs and text through the WhatsApp Cloud API.",

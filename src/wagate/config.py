@@ -35,6 +35,9 @@ class Settings(BaseSettings):
     # Timeout for one call to the Cloud API.
     upstream_timeout_seconds: float = 15.0
     log_level: str = "info"
+    # FastAPI's native OpenTelemetry (traces, metrics, logs through the global providers). Off by
+    # default: even unconfigured it looks the providers up on every request.
+    opentelemetry: bool = False
 
     @field_validator("database_url")
     @classmethod

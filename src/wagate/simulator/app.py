@@ -36,7 +36,13 @@ def create_simulator_app(config: SimulatorConfig | None = None) -> FastAPI:
             # Pending webhook tasks belong to this loop; stop them before it goes away.
             await sender.close()
 
-    app = FastAPI(title="wagate Cloud API simulator", lifespan=lifespan, openapi_url=None, docs_url=None)
+    app = FastAPI(
+        title="wagate Cloud API simulator",
+        lifespan=lifespan,
+        openapi_url=None,
+        docs_url=None,
+        telemetry={"tracing": False, "metrics": False, "logs": False},  # a test double: no telemetry
+    )
     # Control routes first: "/_sim/..." must never be taken for a Graph API version segment.
     app.include_router(build_control_router(state, sender))
     app.include_router(build_graph_router(state, sender))
