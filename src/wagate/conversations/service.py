@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import Select, select
+from sqlalchemy import Select, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
@@ -58,9 +58,24 @@ async def find_conversation(
     return result
 
 
-def _insert_ignoring_conflict(session: Session, table: type[Contact] | type[Conversation]):  # type: ignore[no-untyped-def]
+def _insert(session: Session, model: type[Contact] | type[Conversation]):  # type: ignore[no-untyped-def]
+    """The dialect's INSERT, which has ON CONFLICT (SQLite and PostgreSQL spell it alike)."""
     insert = postgresql.insert if dialect_name(session) == "postgresql" else sqlite.insert
-    return insert(table).on_conflict_do_nothing()
+    return insert(table_of(model))
+
+
+def upsert_contact(session: Session, *, account_id: int, phone_number: str, name: str | None = None) -> int:
+    """The contact's id, the contact made when new; one statement either way."""
+    contacts = table_of(Contact)
+    stmt = _insert(session, Contact).values(
+        account_id=account_id, phone_number=phone_number, name=name, created_at=utcnow()
+    )
+    stmt = stmt.on_conflict_do_update(
+        index_elements=[contacts.c.account_id, contacts.c.phone_number],
+        set_={"name": func.coalesce(stmt.excluded.name, contacts.c.name)},
+    ).returning(contacts.c.id)
+    contact_id: int = session.execute(stmt).scalar_one()
+    return contact_id
 
 
 def get_or_create_conversation(
@@ -76,21 +91,11 @@ def get_or_create_conversation(
 
     Inserts ignore a conflict, so two writers creating the same contact at once both succeed.
     """
-    query = conversation_query(account_id=account_id, channel_id=channel_id, phone_number=phone_number)
-    conversation = session.scalar(query)
-    if conversation is not None:
-        return conversation
+    contact_id = upsert_contact(session, account_id=account_id, phone_number=phone_number, name=contact_name)
     now = utcnow()
     session.execute(
-        _insert_ignoring_conflict(session, Contact).values(
-            account_id=account_id, phone_number=phone_number, name=contact_name, created_at=now
-        )
-    )
-    contact_id = session.scalar(
-        select(Contact.id).where(Contact.account_id == account_id, Contact.phone_number == phone_number)
-    )
-    session.execute(
-        _insert_ignoring_conflict(session, Conversation).values(
+        _insert(session, Conversation)
+        .values(
             account_id=account_id,
             channel_id=channel_id,
             contact_id=contact_id,
@@ -98,8 +103,13 @@ def get_or_create_conversation(
             last_activity_at=now,
             created_at=now,
         )
+        .on_conflict_do_nothing()
     )
-    conversation = session.scalar(query)
+    conversation = session.scalar(
+        select(Conversation).where(
+            Conversation.channel_id == channel_id, Conversation.contact_id == contact_id
+        )
+    )
     assert conversation is not None  # inserted or already there
     return conversation
 
@@ -107,28 +117,23 @@ def get_or_create_conversation(
 def touch_after_send(
     session: Session, *, account_id: int, channel_id: int, phone_number: str, status: ConversationStatus
 ) -> int:
-    """Give the conversation its status after an API send; returns its id. One statement when it exists."""
+    """Give the conversation its status after an API send; returns its id. Two statements, new or not."""
     now = utcnow()
+    contact_id = upsert_contact(session, account_id=account_id, phone_number=phone_number)
     conversations = table_of(Conversation)
-    contact_id = (
-        select(Contact.id).where(Contact.account_id == account_id, Contact.phone_number == phone_number)
-    ).scalar_subquery()
-    conversation_id: int | None = session.execute(
-        conversations.update()
-        .where(conversations.c.channel_id == channel_id, conversations.c.contact_id == contact_id)
-        .values(status=status.value, last_activity_at=now)
-        .returning(conversations.c.id)
-    ).scalar()
-    if conversation_id is None:
-        conversation = get_or_create_conversation(
-            session,
-            account_id=account_id,
-            channel_id=channel_id,
-            phone_number=phone_number,
-            initial_status=status,
-        )
-        conversation.status = status
-        conversation_id = conversation.id
+    stmt = _insert(session, Conversation).values(
+        account_id=account_id,
+        channel_id=channel_id,
+        contact_id=contact_id,
+        status=status.value,
+        last_activity_at=now,
+        created_at=now,
+    )
+    stmt = stmt.on_conflict_do_update(
+        index_elements=[conversations.c.channel_id, conversations.c.contact_id],
+        set_={"status": stmt.excluded.status, "last_activity_at": stmt.excluded.last_activity_at},
+    ).returning(conversations.c.id)
+    conversation_id: int = session.execute(stmt).scalar_one()
     return conversation_id
 
 
