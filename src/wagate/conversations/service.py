@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import cache
+from typing import Any
 
 from sqlalchemy import Select, func, select
 from sqlalchemy.dialects import postgresql, sqlite
@@ -64,17 +66,33 @@ def _insert(session: Session, model: type[Contact] | type[Conversation]):  # typ
     return insert(table_of(model))
 
 
+@cache
+def _upserts(dialect: str) -> tuple[Any, Any]:
+    """The two statements every send runs, built once per dialect; values come at execution, so
+    SQLAlchemy's compiled-statement cache serves them."""
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    contacts, conversations = table_of(Contact), table_of(Conversation)
+    contact = insert(contacts)
+    contact = contact.on_conflict_do_update(
+        index_elements=[contacts.c.account_id, contacts.c.phone_number],
+        set_={"name": func.coalesce(contact.excluded.name, contacts.c.name)},
+    ).returning(contacts.c.id)
+    conversation = insert(conversations)
+    conversation = conversation.on_conflict_do_update(
+        index_elements=[conversations.c.channel_id, conversations.c.contact_id],
+        set_={
+            "status": conversation.excluded.status,
+            "last_activity_at": conversation.excluded.last_activity_at,
+        },
+    ).returning(conversations.c.id)
+    return contact, conversation
+
+
 def upsert_contact(session: Session, *, account_id: int, phone_number: str, name: str | None = None) -> int:
     """The contact's id, the contact made when new; one statement either way."""
-    contacts = table_of(Contact)
-    stmt = _insert(session, Contact).values(
-        account_id=account_id, phone_number=phone_number, name=name, created_at=utcnow()
-    )
-    stmt = stmt.on_conflict_do_update(
-        index_elements=[contacts.c.account_id, contacts.c.phone_number],
-        set_={"name": func.coalesce(stmt.excluded.name, contacts.c.name)},
-    ).returning(contacts.c.id)
-    contact_id: int = session.execute(stmt).scalar_one()
+    statement = _upserts(dialect_name(session))[0]
+    params = {"account_id": account_id, "phone_number": phone_number, "name": name, "created_at": utcnow()}
+    contact_id: int = session.connection().execute(statement, params).scalar_one()
     return contact_id
 
 
@@ -120,20 +138,16 @@ def touch_after_send(
     """Give the conversation its status after an API send; returns its id. Two statements, new or not."""
     now = utcnow()
     contact_id = upsert_contact(session, account_id=account_id, phone_number=phone_number)
-    conversations = table_of(Conversation)
-    stmt = _insert(session, Conversation).values(
-        account_id=account_id,
-        channel_id=channel_id,
-        contact_id=contact_id,
-        status=status.value,
-        last_activity_at=now,
-        created_at=now,
-    )
-    stmt = stmt.on_conflict_do_update(
-        index_elements=[conversations.c.channel_id, conversations.c.contact_id],
-        set_={"status": stmt.excluded.status, "last_activity_at": stmt.excluded.last_activity_at},
-    ).returning(conversations.c.id)
-    conversation_id: int = session.execute(stmt).scalar_one()
+    params = {
+        "account_id": account_id,
+        "channel_id": channel_id,
+        "contact_id": contact_id,
+        "status": status.value,
+        "last_activity_at": now,
+        "created_at": now,
+    }
+    statement = _upserts(dialect_name(session))[1]
+    conversation_id: int = session.connection().execute(statement, params).scalar_one()
     return conversation_id
 
 

@@ -151,6 +151,10 @@ async def prepare_send(
     )
 
 
+_INSERT_MESSAGE = insert(table_of(Message))
+_INSERT_OUTBOX = insert(table_of(OutboxJob)).returning(table_of(OutboxJob).c.id)
+
+
 @dataclass(frozen=True)
 class SendClaim:
     """The outbox row is stored already claimed by this worker, whose lane sends it after the commit."""
@@ -177,56 +181,52 @@ def store_send(
         status=status_after_send(send.conversation_status),
     )
     template = send.template.template if send.template else None
-    # Core inserts: this runs for every accepted message, and the ORM's unit of work costs more
-    # than the statements themselves.
-    session.execute(
-        insert(table_of(Message)).values(
-            id=send.message_id,
-            account_id=send.account_id,
-            channel_id=send.channel_id,
-            conversation_id=conversation_id,
-            direction=Direction.outbound,
-            phone_number=send.phone_number,
-            status=MessageStatus.sent,
-            sent_as=send.sent_as,
-            text=send.text,
-            template_name=template.name if template else None,
-            template_language=template.language if template else None,
-            template_category=template.category if template else None,
-            template_parameters=send.template.parameters if send.template else None,
-            cost_micros=send.cost_micros,
-            cost_currency=send.currency,
-            batch_id=send.batch_id,
-            status_callback=send.status_callback,
-            status_history=[{"status": MessageStatus.sent.value, "at": isoformat(now) or ""}],
-            created_at=now,
-            updated_at=now,
-        )
-    )
-    claimed = (
+    # Core statements built once, with values at execution: this runs for every accepted message,
+    # and the ORM's unit of work (or a statement compiled anew) costs more than the SQL itself.
+    connection = session.connection()
+    connection.execute(
+        _INSERT_MESSAGE,
         {
-            "state": JobState.in_flight,
-            "attempts": 1,
-            "locked_by": claim.worker_id,
-            "locked_until": claim.locked_until,
-        }
-        if claim is not None
-        else {"state": JobState.ready, "attempts": 0}
+            "id": send.message_id,
+            "account_id": send.account_id,
+            "channel_id": send.channel_id,
+            "conversation_id": conversation_id,
+            "direction": Direction.outbound,
+            "phone_number": send.phone_number,
+            "status": MessageStatus.sent,
+            "sent_as": send.sent_as,
+            "text": send.text,
+            "template_name": template.name if template else None,
+            "template_language": template.language if template else None,
+            "template_category": template.category if template else None,
+            "template_parameters": send.template.parameters if send.template else None,
+            "external_error": None,
+            "upstream_message_id": None,
+            "cost_micros": send.cost_micros,
+            "cost_currency": send.currency,
+            "batch_id": send.batch_id,
+            "status_callback": send.status_callback,
+            "status_history": [{"status": MessageStatus.sent.value, "at": isoformat(now) or ""}],
+            "created_at": now,
+            "updated_at": now,
+        },
     )
-    outbox = table_of(OutboxJob)
-    job_id: int = session.execute(
-        insert(outbox)
-        .values(
-            kind=JobKind.send_message,
-            priority=send.priority,
-            channel_id=send.channel_id,
-            message_id=send.message_id,
-            payload={"body": send.upstream_body},
-            run_at=now,
-            created_at=now,
-            **claimed,
-        )
-        .returning(outbox.c.id)
+    job_id: int = connection.execute(
+        _INSERT_OUTBOX,
+        {
+            "kind": JobKind.send_message,
+            "state": JobState.in_flight if claim else JobState.ready,
+            "priority": send.priority,
+            "channel_id": send.channel_id,
+            "message_id": send.message_id,
+            "payload": {"body": send.upstream_body},
+            "run_at": now,
+            "attempts": 1 if claim else 0,
+            "last_error": None,
+            "locked_by": claim.worker_id if claim else None,
+            "locked_until": claim.locked_until if claim else None,
+            "created_at": now,
+        },
     ).scalar_one()
     if notify_others:
         notify_outbox(session, send.channel_id)
