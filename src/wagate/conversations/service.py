@@ -73,19 +73,19 @@ def _upserts(dialect: str) -> tuple[Any, Any]:
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
     contacts, conversations = table_of(Contact), table_of(Conversation)
     contact = insert(contacts)
-    contact = contact.on_conflict_do_update(
+    conversation = insert(conversations)
+    contact_upsert = contact.on_conflict_do_update(
         index_elements=[contacts.c.account_id, contacts.c.phone_number],
         set_={"name": func.coalesce(contact.excluded.name, contacts.c.name)},
     ).returning(contacts.c.id)
-    conversation = insert(conversations)
-    conversation = conversation.on_conflict_do_update(
+    conversation_upsert = conversation.on_conflict_do_update(
         index_elements=[conversations.c.channel_id, conversations.c.contact_id],
         set_={
             "status": conversation.excluded.status,
             "last_activity_at": conversation.excluded.last_activity_at,
         },
     ).returning(conversations.c.id)
-    return contact, conversation
+    return contact_upsert, conversation_upsert
 
 
 def upsert_contact(session: Session, *, account_id: int, phone_number: str, name: str | None = None) -> int:
