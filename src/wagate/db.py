@@ -122,6 +122,16 @@ class _PendingUnit:
     future: asyncio.Future[Any]
 
 
+def _run_alone(session: Session, unit: UnitOfWork[T]) -> T:
+    """One unit, as if it had the session to itself: what it changed through the ORM is written
+    before the next unit runs (Core statements do not autoflush), and what it loaded is not handed
+    stale to the next one."""
+    result = unit(session)
+    session.flush()
+    session.expire_all()
+    return result
+
+
 def run_units(session: Session, units: list[UnitOfWork[Any]]) -> list[tuple[bool, Any]]:
     """Run a batch of units in the session's transaction and commit once.
 
@@ -130,7 +140,7 @@ def run_units(session: Session, units: list[UnitOfWork[Any]]) -> list[tuple[bool
     unit in its own savepoint, so only the failing one is lost.
     """
     try:
-        results: list[tuple[bool, Any]] = [(True, unit(session)) for unit in units]
+        results: list[tuple[bool, Any]] = [(True, _run_alone(session, unit)) for unit in units]
         session.commit()
         return results
     except Exception:
@@ -141,7 +151,7 @@ def run_units(session: Session, units: list[UnitOfWork[Any]]) -> list[tuple[bool
     for unit in units:
         try:
             with session.begin_nested():
-                results.append((True, unit(session)))
+                results.append((True, _run_alone(session, unit)))
         except Exception as exc:  # the unit's own failure: only its savepoint rolls back
             results.append((False, exc))
     session.commit()

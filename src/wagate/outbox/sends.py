@@ -13,15 +13,21 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import bindparam, delete, select, update
 from sqlalchemy.orm import Session
 
-from wagate.db import dialect_name, utcnow
+from wagate.db import dialect_name, table_of, utcnow
 from wagate.messages.models import Message, MessageStatus, ParkedStatus
 from wagate.messages.status import StatusChange, apply_status
 from wagate.outbox.models import JobKind, JobState, OutboxJob
 from wagate.outbox.retry import SEND_NOT_DELIVERED, SEND_ORPHANED
 
+_messages = table_of(Message)
+_SET_WAMID = (
+    _messages.update()
+    .where(_messages.c.id == bindparam("message"))
+    .values(upstream_message_id=bindparam("wamid"))
+)
 UNCONFIRMED_ERROR = "upstream_unconfirmed: WhatsApp neither accepted nor rejected the message"
 
 
@@ -108,9 +114,8 @@ def record_outcomes(session: Session, outcomes: list[Outcome], *, grace_seconds:
     changes: list[StatusChange] = []
     sent = [o for o in outcomes if isinstance(o, Sent)]
     if sent:
-        session.execute(
-            update(Message),
-            [{"id": o.send.message_id, "upstream_message_id": o.wamid} for o in sent],
+        session.connection().execute(
+            _SET_WAMID, [{"message": o.send.message_id, "wamid": o.wamid} for o in sent]
         )
         changes += apply_parked_statuses(session, [o.wamid for o in sent])
     rejected = [o for o in outcomes if isinstance(o, Rejected)]

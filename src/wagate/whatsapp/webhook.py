@@ -12,13 +12,15 @@ from sqlalchemy import insert
 from sqlalchemy.orm import Session
 
 from wagate.db import table_of, utcnow
-from wagate.outbox.models import JobKind, OutboxJob, Priority
+from wagate.outbox.models import JobKind, JobState, OutboxJob, Priority
 from wagate.outbox.notify import notify_outbox
 from wagate.whatsapp.payloads import MalformedWebhook, parse_webhook
 from wagate.whatsapp.signature import verify
 
 log = logging.getLogger(__name__)
 router = APIRouter()
+# Built once, values bound at execution: Meta sends a few of these for every message.
+_STORE_WEBHOOK = insert(table_of(OutboxJob))
 
 
 def _error(status: int, code: str, message: str) -> JSONResponse:
@@ -55,15 +57,16 @@ async def receive(request: Request) -> Response:
     def store(session: Session) -> None:
         # Stored before the 200: Meta does not resend what it saw acknowledged.
         now = utcnow()
-        session.execute(
-            insert(table_of(OutboxJob)).values(
-                kind=JobKind.meta_webhook,
-                priority=Priority.background,
-                payload=body,
-                run_at=now,
-                created_at=now,
-            )
-        )
+        row = {
+            "kind": JobKind.meta_webhook,
+            "state": JobState.ready,
+            "priority": Priority.background,
+            "payload": body,
+            "run_at": now,
+            "attempts": 0,
+            "created_at": now,
+        }
+        session.connection().execute(_STORE_WEBHOOK, row)
         if not state.dispatcher.running:  # ours applies it; otherwise a worker elsewhere must
             notify_outbox(session, None)
 
