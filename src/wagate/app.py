@@ -10,7 +10,6 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from sqlalchemy import text
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -22,10 +21,11 @@ from wagate.idempotency.service import InFlightKeys
 from wagate.lookups import Lookups
 from wagate.messages.endpoints import router as messages_router
 from wagate.outbox.dispatcher import Dispatcher
+from wagate.responses import FastJSONResponse as JSONResponse
 from wagate.security import SecretBox
 from wagate.templates.endpoints import router as templates_router
 from wagate.whatsapp.client import CloudApiClient
-from wagate.whatsapp.webhook import router as whatsapp_webhook_router
+from wagate.whatsapp.webhook import routes as whatsapp_webhook_routes
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +118,7 @@ def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True)
     install_error_handlers(app)
     for router in (channels_router, templates_router, messages_router):
         app.include_router(router, prefix="/v1")
-    app.include_router(whatsapp_webhook_router)
+    app.router.routes.extend(whatsapp_webhook_routes)
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, Any]:

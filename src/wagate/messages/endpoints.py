@@ -4,7 +4,6 @@ from datetime import timedelta
 from typing import Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request
-from fastapi.responses import JSONResponse
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -17,6 +16,7 @@ from wagate.messages import service
 from wagate.messages.schemas import SendMessageRequest, SendMessageResponse
 from wagate.outbox.sends import ClaimedSend
 from wagate.phones import normalize_phone_number
+from wagate.responses import FastJSONResponse as JSONResponse
 
 router = APIRouter()
 ERRORS: dict[int | str, dict[str, Any]] = {
