@@ -126,8 +126,13 @@ def simulator(
     """Run the Cloud API simulator alone (base URL http://HOST:PORT/v23.0)."""
     from wagate.simulator.app import run_simulator
 
+    settings = get_settings()
     run_simulator(
-        host=host, port=port, webhook_url=webhook_url, app_secret=app_secret or get_settings().meta_app_secret
+        host=host,
+        port=port,
+        webhook_url=webhook_url,
+        app_secret=app_secret or settings.meta_app_secret,
+        log_level=settings.log_level,  # WAGATE_LOG_LEVEL=warning drops the line per request
     )
 
 

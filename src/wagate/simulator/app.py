@@ -59,12 +59,13 @@ def run_simulator(
     app_secret: str = "simulator-app-secret",  # noqa: S107 - a fake Meta app, not a credential
     *,
     read_enabled: bool = False,
+    log_level: str = "info",
 ) -> None:
     """Serve the simulator in the foreground until interrupted (the ``wagate simulator`` command)."""
     import uvicorn
 
     config = SimulatorConfig(webhook_url=webhook_url, app_secret=app_secret, read_enabled=read_enabled)
-    uvicorn.run(create_simulator_app(config), host=host, port=port, log_level="info", timeout_keep_alive=30)
+    uvicorn.run(create_simulator_app(config), host=host, port=port, log_level=log_level, timeout_keep_alive=30)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
