@@ -11,10 +11,10 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
 from wagate.channels.models import Channel
-from wagate.db import Database, dialect_name, utcnow
+from wagate.db import Database, utcnow
 from wagate.idempotency.service import purge_expired as purge_idempotency_keys
 from wagate.messages.webhooks import process_webhook_bodies
-from wagate.outbox.models import JobKind, JobState, OutboxJob, Priority
+from wagate.outbox.models import JobKind, JobState, OutboxJob, Priority, claim_rows
 from wagate.outbox.retry import BACKGROUND
 from wagate.security import SecretBox
 from wagate.templates.service import replace_templates
@@ -50,20 +50,16 @@ def claim_jobs(
         .order_by(OutboxJob.id)
         .limit(limit)
     )
-    if dialect_name(session) == "postgresql":
-        due = due.with_for_update(skip_locked=True)
-    rows = (
-        session.execute(
-            update(OutboxJob)
-            .where(OutboxJob.id.in_(due))
-            .values(
-                attempts=OutboxJob.attempts + 1,
-                locked_by=worker_id,
-                locked_until=now + timedelta(seconds=lease_seconds),
-            )
-            .returning(OutboxJob.id, OutboxJob.kind, OutboxJob.payload, OutboxJob.attempts)
-        )
-    ).all()
+    rows = claim_rows(
+        session,
+        due,
+        values={
+            "attempts": OutboxJob.attempts + 1,
+            "locked_by": worker_id,
+            "locked_until": now + timedelta(seconds=lease_seconds),
+        },
+        returning=(OutboxJob.id, OutboxJob.kind, OutboxJob.payload, OutboxJob.attempts),
+    )
     return sorted((ClaimedJob(r[0], JobKind(r[1]), r[2], r[3]) for r in rows), key=lambda j: j.id)
 
 

@@ -1,13 +1,14 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Enum, Index, Integer, SmallInteger, String
-from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy import JSON, BigInteger, Enum, Index, Integer, Select, SmallInteger, String, update
+from sqlalchemy.orm import Mapped, Session, mapped_column
 
-from wagate.db import Base, UTCDateTime, utcnow
+from wagate.db import Base, UTCDateTime, dialect_name, utcnow
 
 # SQLite only auto-increments a column declared exactly INTEGER PRIMARY KEY.
 BigIntId = BigInteger().with_variant(Integer(), "sqlite")
@@ -60,3 +61,16 @@ class OutboxJob(Base):
     locked_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
     locked_until: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+def claim_rows(
+    session: Session, due: Select[Any], *, values: dict[str, Any], returning: Sequence[Any]
+) -> Sequence[Any]:
+    """Mark the outbox rows that `due` selects as taken and return `returning` of each, in one statement.
+
+    On PostgreSQL rows that another worker is claiming at this moment are skipped, not waited for.
+    """
+    if dialect_name(session) == "postgresql":
+        due = due.with_for_update(skip_locked=True)
+    statement = update(OutboxJob).where(OutboxJob.id.in_(due)).values(**values).returning(*returning)
+    return session.execute(statement).all()

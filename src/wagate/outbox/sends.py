@@ -16,10 +16,10 @@ from typing import Any
 from sqlalchemy import bindparam, delete, select, update
 from sqlalchemy.orm import Session
 
-from wagate.db import dialect_name, table_of, utcnow
+from wagate.db import table_of, utcnow
 from wagate.messages.models import Message, MessageStatus, ParkedStatus
 from wagate.messages.status import StatusChange, apply_status
-from wagate.outbox.models import JobKind, JobState, OutboxJob
+from wagate.outbox.models import JobKind, JobState, OutboxJob, claim_rows
 from wagate.outbox.retry import SEND_NOT_DELIVERED, SEND_ORPHANED
 
 _messages = table_of(Message)
@@ -87,23 +87,23 @@ def claim_sends(
         .order_by(OutboxJob.priority, OutboxJob.id)
         .limit(limit)
     )
-    if dialect_name(session) == "postgresql":
-        due = due.with_for_update(skip_locked=True)
-    rows = (
-        session.execute(
-            update(OutboxJob)
-            .where(OutboxJob.id.in_(due))
-            .values(
-                state=JobState.in_flight,
-                attempts=OutboxJob.attempts + 1,
-                locked_by=worker_id,
-                locked_until=now + timedelta(seconds=lease_seconds),
-            )
-            .returning(
-                OutboxJob.id, OutboxJob.message_id, OutboxJob.payload, OutboxJob.attempts, OutboxJob.priority
-            )
-        )
-    ).all()
+    rows = claim_rows(
+        session,
+        due,
+        values={
+            "state": JobState.in_flight,
+            "attempts": OutboxJob.attempts + 1,
+            "locked_by": worker_id,
+            "locked_until": now + timedelta(seconds=lease_seconds),
+        },
+        returning=(
+            OutboxJob.id,
+            OutboxJob.message_id,
+            OutboxJob.payload,
+            OutboxJob.attempts,
+            OutboxJob.priority,
+        ),
+    )
     claimed = [ClaimedSend(r[0], r[1], r[2]["body"], r[3], r[4]) for r in rows]
     return sorted(claimed, key=lambda c: (c.priority, c.job_id))
 

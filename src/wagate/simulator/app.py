@@ -65,7 +65,9 @@ def run_simulator(
     import uvicorn
 
     config = SimulatorConfig(webhook_url=webhook_url, app_secret=app_secret, read_enabled=read_enabled)
-    uvicorn.run(create_simulator_app(config), host=host, port=port, log_level=log_level, timeout_keep_alive=30)
+    uvicorn.run(
+        create_simulator_app(config), host=host, port=port, log_level=log_level, timeout_keep_alive=30
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:
