@@ -11,6 +11,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from sqlalchemy import text
+from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from wagate.channels.endpoints import router as channels_router
@@ -77,8 +78,14 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error")
-        return JSONResponse(WagateError().body(), status_code=500)
+        if isinstance(exc, OperationalError | InterfaceError):
+            # The database is unreachable or refused the connection: nothing was stored, try again.
+            log.warning("database unavailable: %r", exc)
+            error: WagateError = NotReady(headers={"Retry-After": "1"})
+        else:
+            log.exception("unhandled error")
+            error = WagateError()
+        return JSONResponse(error.body(), status_code=error.status_code, headers=error.headers)
 
 
 def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True) -> FastAPI:
