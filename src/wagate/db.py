@@ -6,8 +6,8 @@ commits. Units are synchronous so that the database decides how to run them chea
 - Units that arrive while a commit is in flight are queued, and the next batch runs them together
   under one commit (group commit): a durable commit costs an fsync (SQLite) or a WAL flush
   (PostgreSQL), and one statement's round trip is most of a small unit's cost.
-- SQLite runs a batch on its writer thread with the plain driver: one hand-off to that thread per
-  batch, not one per statement. PostgreSQL runs it with `AsyncSession.run_sync`.
+- A batch runs on the writer thread with the blocking driver (pysqlite, psycopg): one hand-off to
+  that thread per batch, not one per statement.
 - A unit that raises gets its exception back and stores nothing; the others commit.
 """
 
@@ -214,41 +214,37 @@ class Database:
     def __init__(self, url: str, *, pool_size: int = 20) -> None:
         self.url = url
         self.is_sqlite = url.startswith("sqlite")
-        self.write_engine: Engine | None = None
-        self._writer_thread: ThreadPoolExecutor | None = None
         if self.is_sqlite:
             path = sqlite_path(url)
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
             self.engine = create_async_engine(url, pool_size=pool_size, max_overflow=0)
             _configure_sqlite(self.engine, begin="BEGIN")
-            # The one writer connection, on the writer thread (SQLite connections belong to the
-            # thread that made them), with the plain blocking driver: a batch is one hand-off.
             # IMMEDIATE takes the write lock up front, so a second process (a CLI command beside
             # `serve`) waits its turn instead of failing on a lock upgrade.
             self.write_engine = create_engine(
                 url.replace("sqlite+aiosqlite:", "sqlite:", 1), pool_size=1, max_overflow=0
             )
             _configure_sqlite(self.write_engine, begin="BEGIN IMMEDIATE")
-            self._writer_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wagate-sqlite-writer")
         else:
             # No pre-ping: it costs a round trip per checkout; a dead connection fails its statement
             # and the pool replaces it.
             self.engine = create_async_engine(url, pool_size=pool_size, max_overflow=pool_size)
+            # psycopg serves the same URL in blocking mode.
+            self.write_engine = create_engine(url, pool_size=1, max_overflow=1)
+        # Batches run one at a time on this thread with the blocking driver: a batch is one hand-off
+        # from the event loop, not one per statement, and a statement costs a round trip, not also a
+        # trip through the event loop. (SQLite connections belong to the thread that made them.)
+        self._writer_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wagate-db-writer")
         self.sessionmaker = async_sessionmaker(self.engine, expire_on_commit=False)
         self._committer = _GroupCommitter(self._run_batch)
 
     async def _run_batch(self, units: list[UnitOfWork[Any]]) -> list[tuple[bool, Any]]:
-        if self.write_engine is not None and self._writer_thread is not None:
-            write_engine = self.write_engine
+        def on_writer_thread() -> list[tuple[bool, Any]]:
+            with Session(self.write_engine, expire_on_commit=False) as session:
+                return run_units(session, units)
 
-            def on_writer_thread() -> list[tuple[bool, Any]]:
-                with Session(write_engine, expire_on_commit=False) as session:
-                    return run_units(session, units)
-
-            return await asyncio.get_running_loop().run_in_executor(self._writer_thread, on_writer_thread)
-        async with self.sessionmaker() as session:
-            return await session.run_sync(run_units, units)
+        return await asyncio.get_running_loop().run_in_executor(self._writer_thread, on_writer_thread)
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncSession]:
@@ -267,8 +263,6 @@ class Database:
 
     async def dispose(self) -> None:
         self._committer.close()
-        if self._writer_thread is not None:
-            self._writer_thread.shutdown(wait=True)
+        self._writer_thread.shutdown(wait=True)
         await self.engine.dispose()
-        if self.write_engine is not None:
-            self.write_engine.dispose()
+        self.write_engine.dispose()
