@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import logging
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -30,7 +32,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import DeclarativeBase, Session
 from sqlalchemy.types import TypeDecorator
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
+# SQLite's writer does not checkpoint inside its commits; the WAL is copied back at most this often.
+CHECKPOINT_SECONDS = 1.0
 UnitOfWork = Callable[[Session], T]
 
 # Constraint names fixed by convention so Alembic migrations are the same on SQLite and PostgreSQL.
@@ -96,7 +101,7 @@ def sqlite_path(url: str) -> Path | None:
     return Path(path) if path and path != ":memory:" else None
 
 
-def _configure_sqlite(engine: AsyncEngine | Engine, *, begin: str) -> None:
+def _configure_sqlite(engine: AsyncEngine | Engine, *, begin: str, autocheckpoint: bool = True) -> None:
     sync_engine = engine.sync_engine if isinstance(engine, AsyncEngine) else engine
 
     @event.listens_for(sync_engine, "connect")
@@ -109,6 +114,10 @@ def _configure_sqlite(engine: AsyncEngine | Engine, *, begin: str) -> None:
         cursor.execute("PRAGMA synchronous=FULL")  # durable: a 201 means the message is on disk
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA busy_timeout=10000")
+        if not autocheckpoint:
+            # The writer never copies the WAL back into the database inside a commit (a stall of
+            # tens of milliseconds for whoever waits on that commit); `checkpoint()` does it beside.
+            cursor.execute("PRAGMA wal_autocheckpoint=0")
         cursor.close()
 
     @event.listens_for(sync_engine, "begin")
@@ -225,7 +234,7 @@ class Database:
             self.write_engine = create_engine(
                 url.replace("sqlite+aiosqlite:", "sqlite:", 1), pool_size=1, max_overflow=0
             )
-            _configure_sqlite(self.write_engine, begin="BEGIN IMMEDIATE")
+            _configure_sqlite(self.write_engine, begin="BEGIN IMMEDIATE", autocheckpoint=False)
         else:
             # No pre-ping: it costs a round trip per checkout; a dead connection fails its statement
             # and the pool replaces it.
@@ -238,13 +247,28 @@ class Database:
         self._writer_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wagate-db-writer")
         self.sessionmaker = async_sessionmaker(self.engine, expire_on_commit=False)
         self._committer = _GroupCommitter(self._run_batch)
+        self._last_checkpoint = time.monotonic()
+        self._checkpoint_task: asyncio.Task[None] | None = None
 
     async def _run_batch(self, units: list[UnitOfWork[Any]]) -> list[tuple[bool, Any]]:
         def on_writer_thread() -> list[tuple[bool, Any]]:
             with Session(self.write_engine, expire_on_commit=False) as session:
                 return run_units(session, units)
 
-        return await asyncio.get_running_loop().run_in_executor(self._writer_thread, on_writer_thread)
+        results = await asyncio.get_running_loop().run_in_executor(self._writer_thread, on_writer_thread)
+        if self.is_sqlite and time.monotonic() - self._last_checkpoint >= CHECKPOINT_SECONDS:
+            self._last_checkpoint = time.monotonic()
+            self._checkpoint_task = asyncio.create_task(self.checkpoint())
+        return results
+
+    async def checkpoint(self) -> None:
+        """SQLite: copy the WAL into the database file without holding up the writer (PASSIVE)."""
+        if self.is_sqlite:
+            try:
+                async with self.engine.connect() as connection:
+                    await connection.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)")
+            except Exception as exc:  # the next one catches up; the WAL only grows meanwhile
+                log.warning("WAL checkpoint failed: %r", exc)
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncSession]:
@@ -263,6 +287,8 @@ class Database:
 
     async def dispose(self) -> None:
         self._committer.close()
+        if self._checkpoint_task is not None:
+            await asyncio.gather(self._checkpoint_task, return_exceptions=True)
         self._writer_thread.shutdown(wait=True)
         await self.engine.dispose()
         self.write_engine.dispose()
