@@ -97,3 +97,18 @@ def test_window_query_is_validated(gateway: Gateway) -> None:
     assert window(gateway, "12").json()["error"]["code"] == "invalid_phone_number"
     unknown = window(gateway, new_number(), channel_id=999_999)
     assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "channel_not_found"
+
+
+def test_each_customer_message_renews_the_window(gateway: Gateway) -> None:
+    number = new_number()
+    hours_ago = int(time.time()) - 20 * 3600
+    open_window(gateway, number, timestamp=hours_ago)
+    first = wait_for(lambda: (w := window(gateway, number).json())["open"] and w, what="window to open")
+    assert first["seconds_remaining"] < 4 * 3600 + 60
+    open_window(gateway, number)
+    renewed = wait_for(
+        lambda: (w := window(gateway, number).json())["seconds_remaining"] > 23 * 3600 and w,
+        what="window to be renewed",
+    )
+    assert renewed["last_customer_message_at"] > first["last_customer_message_at"]
+    assert renewed["expires_at"] > first["expires_at"]
