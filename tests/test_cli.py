@@ -54,6 +54,7 @@ def test_migrate_then_provision_twice_changes_nothing(env: dict[str, str], tmp_p
     assert wagate(env, "migrate", cwd=tmp_path).returncode == 0
     spec = provision_file()
     spec["accounts"][0]["api_keys"].append({"user": "agent@acme.test", "name": "generated"})
+    spec["accounts"][0]["webhooks"] = [{"url": "https://crm.example/hooks/wa", "events": ["message_updated"]}]
     first = provision(env, spec, tmp_path)
     second = provision(env, spec, tmp_path)
     acme_first, acme_second = first["accounts"][0], second["accounts"][0]
@@ -73,6 +74,10 @@ def test_migrate_then_provision_twice_changes_nothing(env: dict[str, str], tmp_p
     assert keys_first["generated"]["token"].startswith("wg_")
     assert keys_second["generated"]["token"] is None
     assert keys_first["generated"]["api_key_id"] == keys_second["generated"]["api_key_id"]
+    # A webhook's signing secret likewise: made and shown once, the webhook kept by its URL.
+    [hook_first], [hook_second] = acme_first["webhooks"], acme_second["webhooks"]
+    assert hook_first["secret"].startswith("whsec_") and hook_second["secret"] is None
+    assert hook_first["id"] == hook_second["id"] and hook_first["url"] == "https://crm.example/hooks/wa"
 
 
 def test_provision_rejects_a_broken_file_clearly(env: dict[str, str], tmp_path: Path) -> None:

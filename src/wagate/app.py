@@ -19,6 +19,7 @@ from wagate.channels.endpoints import router as channels_router
 from wagate.config import Settings, get_settings
 from wagate.db import Database, sqlite_path
 from wagate.errors import InvalidRequest, MethodNotAllowed, NotFound, NotReady, WagateError
+from wagate.events.endpoints import router as events_router
 from wagate.idempotency.service import InFlightKeys
 from wagate.lookups import Lookups
 from wagate.messages.endpoints import router as messages_router
@@ -127,7 +128,7 @@ def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True)
         lifespan=lifespan,
     )
     install_error_handlers(app)
-    for router in (channels_router, templates_router, messages_router):
+    for router in (channels_router, templates_router, messages_router, events_router):
         app.include_router(router, prefix="/v1")
     app.router.routes.extend(whatsapp_webhook_routes)
 

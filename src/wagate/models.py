@@ -4,6 +4,7 @@ from wagate.accounts.models import Account, ApiKey, Role, User
 from wagate.channels.models import Channel, ChannelMember
 from wagate.conversations.models import Contact, Conversation, ConversationStatus
 from wagate.db import Base
+from wagate.events.models import EventKind, Webhook
 from wagate.idempotency.models import IdempotencyKey
 from wagate.messages.models import Direction, Message, MessageStatus, ParkedStatus, SentAs
 from wagate.outbox.models import JobKind, JobState, OutboxJob, Priority
@@ -19,6 +20,7 @@ __all__ = [
     "Conversation",
     "ConversationStatus",
     "Direction",
+    "EventKind",
     "IdempotencyKey",
     "JobKind",
     "JobState",
@@ -31,4 +33,5 @@ __all__ = [
     "SentAs",
     "Template",
     "User",
+    "Webhook",
 ]

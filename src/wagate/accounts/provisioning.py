@@ -16,6 +16,8 @@ from sqlalchemy.orm import Session
 from wagate.accounts.models import Account, ApiKey, Role, User
 from wagate.channels.models import Channel, ChannelMember
 from wagate.db import utcnow
+from wagate.events.models import EventKind, Webhook
+from wagate.events.service import create_webhook, new_secret
 from wagate.security import SecretBox, hash_api_token, hash_password, new_api_token, verify_password
 
 
@@ -48,8 +50,8 @@ class ChannelSpec(_Strict):
 
 
 class WebhookSpec(_Strict):
-    url: str
-    events: list[str] = ["message_updated"]
+    url: str = Field(pattern=r"^https?://[^/]+")
+    events: list[EventKind] = Field(default_factory=lambda: [EventKind.message_updated], min_length=1)
 
 
 class AccountSpec(_Strict):
@@ -145,6 +147,24 @@ def _channel(
     return channel
 
 
+def _webhook(session: Session, account: Account, spec: WebhookSpec, box: SecretBox) -> dict[str, Any]:
+    """By URL within the account; its secret is made once and printed only then (it is stored encrypted).
+
+    The operator's file is trusted: the address is checked when events are delivered.
+    """
+    webhook = session.scalar(select(Webhook).where(Webhook.account_id == account.id, Webhook.url == spec.url))
+    secret = None
+    if webhook is None:
+        secret = new_secret()
+        webhook = create_webhook(
+            session, account_id=account.id, url=spec.url, events=spec.events, secret=secret, box=box
+        )
+    else:
+        webhook.events = [e.value for e in spec.events]
+        session.flush()
+    return {"id": webhook.id, "url": webhook.url, "events": webhook.events, "secret": secret}
+
+
 def provision(session: Session, spec: ProvisionFile, *, box: SecretBox) -> dict[str, Any]:
     """Apply the file; returns the ids and tokens to print (templates are synced by the caller)."""
     out: list[dict[str, Any]] = []
@@ -166,12 +186,14 @@ def provision(session: Session, spec: ProvisionFile, *, box: SecretBox) -> dict[
                 )
             keys.append(_api_key(session, account, user, key_spec))
         channels = [_channel(session, account, c, users, box) for c in account_spec.channels]
+        webhooks = [_webhook(session, account, w, box) for w in account_spec.webhooks]
         out.append(
             {
                 "account_id": account.id,
                 "name": account.name,
                 "channels": [{"channel_id": c.id, "name": c.name} for c in channels],
                 "api_keys": keys,
+                "webhooks": webhooks,
             }
         )
     return {"accounts": out}
