@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from wagate.errors import NotFound
 from wagate.events.models import Webhook
+from wagate.events.signing import SECRET_PREFIX
 from wagate.security import SecretBox
 
 
@@ -22,7 +23,7 @@ class WebhookNotFound(NotFound):
 
 def new_secret() -> str:
     """A Standard Webhooks secret: `whsec_` and the base64 of 32 random bytes (the signing key)."""
-    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+    return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(32)).decode()
 
 
 def create_webhook(
