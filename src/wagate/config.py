@@ -34,6 +34,15 @@ class Settings(BaseSettings):
     idempotency_ttl_seconds: int = 24 * 3600
     # Timeout for one call to the Cloud API.
     upstream_timeout_seconds: float = 15.0
+    # An account webhook is disabled once its attempts have failed, with no success between, at
+    # least this many times and for at least this long (the reason is recorded on the webhook).
+    webhook_disable_after_failures: int = Field(100, ge=1)
+    webhook_disable_after_seconds: float = Field(5 * 24 * 3600.0, ge=0)
+    # The first delay between attempts of an event delivery (the next ones grow 6-fold). Tests
+    # shorten it; API.md promises the first retry within 10 s and the second within 60 s.
+    event_retry_base_seconds: float = Field(5.0, gt=0, le=8)
+    # Finished deliveries and their attempts stay readable this long, then a periodic job purges them.
+    delivery_retention_days: int = Field(7, ge=1)
     log_level: str = "info"
     # FastAPI's native OpenTelemetry (traces, metrics, logs through the global providers). Off by
     # default: even unconfigured it looks the providers up on every request.

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
-from sqlalchemy import DateTime, Engine, MetaData, Table, create_engine, event
+from sqlalchemy import BigInteger, DateTime, Engine, Integer, MetaData, Table, create_engine, event
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Session
@@ -59,6 +59,10 @@ def table_of(model: type[Base]) -> Table:
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+# SQLite only auto-increments a column declared exactly INTEGER PRIMARY KEY.
+BigIntId = BigInteger().with_variant(Integer(), "sqlite")
 
 
 class UTCDateTime(TypeDecorator[datetime]):

@@ -4,7 +4,7 @@ from wagate.accounts.models import Account, ApiKey, Role, User
 from wagate.channels.models import Channel, ChannelMember
 from wagate.conversations.models import Contact, Conversation, ConversationStatus
 from wagate.db import Base
-from wagate.events.models import EventKind, Webhook
+from wagate.events.models import Delivery, DeliveryAttempt, EventKind, Webhook
 from wagate.idempotency.models import IdempotencyKey
 from wagate.messages.models import Direction, Message, MessageStatus, ParkedStatus, SentAs
 from wagate.outbox.models import JobKind, JobState, OutboxJob, Priority
@@ -19,6 +19,8 @@ __all__ = [
     "Contact",
     "Conversation",
     "ConversationStatus",
+    "Delivery",
+    "DeliveryAttempt",
     "Direction",
     "EventKind",
     "IdempotencyKey",

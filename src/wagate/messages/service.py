@@ -18,6 +18,7 @@ from wagate.conversations.models import Conversation, ConversationStatus
 from wagate.conversations.service import find_conversation, status_after_send, touch_after_send, window_of
 from wagate.db import isoformat, table_of, utcnow
 from wagate.errors import MessageNotFound, TemplateParametersMismatch, WindowClosed
+from wagate.events.publish import schedule_status_report
 from wagate.ids import new_id
 from wagate.lookups import Lookups
 from wagate.messages.models import Direction, Message, MessageStatus, SentAs
@@ -228,6 +229,9 @@ def store_send(
             "created_at": now,
         },
     ).scalar_one()
+    after_seconds = send.status_callback.get("after_seconds") if send.status_callback else None
+    if after_seconds:
+        schedule_status_report(connection, message_id=send.message_id, after_seconds=after_seconds, now=now)
     if notify_others:
         notify_outbox(session, send.channel_id)
     return job_id

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from wagate.db import isoformat, utcnow
 from wagate.messages.models import Message, MessageStatus
+from wagate.messages.schemas import message_view
 
 _RANK = {MessageStatus.sent: 1, MessageStatus.delivered: 2, MessageStatus.read: 3}
 
@@ -16,6 +18,13 @@ class StatusChange:
     message_id: str
     previous: MessageStatus
     current: MessageStatus
+    account_id: int
+    conversation_id: int
+    # The message object of API.md section 5 as it was right after this change (what its events
+    # carry, even when several changes land in one transaction); the conversation's status is
+    # filled in when the events are written.
+    view: dict[str, Any]
+    status_callback: dict[str, Any] | None
 
 
 def can_move(current: MessageStatus, new: MessageStatus) -> bool:
@@ -42,4 +51,12 @@ def apply_status(
     if new is MessageStatus.failed:
         message.external_error = external_error
     message.updated_at = utcnow()
-    return StatusChange(message.id, previous, new)
+    return StatusChange(
+        message.id,
+        previous,
+        new,
+        account_id=message.account_id,
+        conversation_id=message.conversation_id,
+        view=message_view(message, conversation_status=""),
+        status_callback=message.status_callback,
+    )

@@ -13,6 +13,7 @@ from wagate.conversations.models import ConversationStatus
 from wagate.conversations.service import get_or_create_conversation
 from wagate.db import isoformat, utcnow
 from wagate.errors import InvalidPhoneNumber
+from wagate.events.publish import publish_status_changes
 from wagate.ids import new_id
 from wagate.messages.models import Direction, Message, MessageStatus, ParkedStatus
 from wagate.messages.status import StatusChange, apply_status
@@ -148,9 +149,10 @@ def store_inbound(session: Session, *, channel: Channel, inbound: list[InboundMe
 
 
 def process_webhook_bodies(session: Session, bodies: list[dict[str, Any]]) -> list[StatusChange]:
-    """Everything in a batch of stored Meta webhook bodies, in one transaction."""
+    """Everything in a batch of stored Meta webhook bodies, in one transaction with its events."""
     statuses = [status for body in bodies for status in raw_statuses(body)]
     changes = apply_status_payloads(session, statuses)
+    publish_status_changes(session, changes)
     inbound_by_number: dict[str, list[InboundMessage]] = {}
     for body in bodies:
         for value in parse_webhook(body):

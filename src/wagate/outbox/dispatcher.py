@@ -15,6 +15,7 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -22,7 +23,9 @@ from sqlalchemy.orm import Session
 from wagate.channels.models import Channel
 from wagate.config import Settings
 from wagate.db import Database, utcnow
+from wagate.messages.status import StatusChange
 from wagate.outbox import jobs, sends
+from wagate.outbox.event_lane import EventLane
 from wagate.outbox.limiter import SlidingWindowLimiter
 from wagate.outbox.models import JobKind, JobState, OutboxJob
 from wagate.outbox.notify import listen_outbox
@@ -216,14 +219,16 @@ class ChannelLane:
             return
         grace = self.dispatcher.settings.unconfirmed_send_grace_seconds
 
-        def record(session: Session) -> None:
-            sends.record_outcomes(session, batch, grace_seconds=grace)
+        def record(session: Session) -> list[StatusChange]:
+            return sends.record_outcomes(session, batch, grace_seconds=grace)
 
         try:
-            await self.dispatcher.db.write(record, first=True)
+            changes = await self.dispatcher.db.write(record, first=True)
         except BaseException:
             self.outcomes = batch + self.outcomes  # nothing recorded: keep them for the next try
             raise
+        if changes:
+            self.dispatcher.wake_events()
 
 
 class Dispatcher:
@@ -243,6 +248,7 @@ class Dispatcher:
         self._last_maintenance = 0.0
         self._task: asyncio.Task[None] | None = None
         self._listener: asyncio.Task[None] | None = None
+        self.events: EventLane | None = None
         # Told when a template sync finished here, so the API's cached templates follow at once.
         self.on_templates_synced: Callable[[], None] = lambda: None
 
@@ -254,6 +260,11 @@ class Dispatcher:
         if channel_id is not None:
             self._lanes_needed = True
         self._wake.set()
+
+    def wake_events(self) -> None:
+        """Events were written here (a status changed): deliver them now."""
+        if self.events is not None:
+            self.events.wake()
 
     @property
     def in_flight_lease_seconds(self) -> float:
@@ -277,6 +288,7 @@ class Dispatcher:
     def start(self) -> None:
         self.started_at = time.monotonic()
         self._task = asyncio.create_task(self._run(), name="wagate-dispatcher")
+        self.events = EventLane(self)
         if not self.db.is_sqlite:
             self._listener = asyncio.create_task(listen_outbox(self.db.url, self.wake), name="wagate-listen")
 
@@ -287,6 +299,9 @@ class Dispatcher:
                 await asyncio.gather(task, return_exceptions=True)
         await asyncio.gather(*(lane.stop() for lane in self.lanes.values()), return_exceptions=True)
         self.lanes.clear()
+        if self.events is not None:
+            await self.events.stop()
+            self.events = None
         await self.ownership.close()
 
     async def _run(self) -> None:
@@ -309,7 +324,10 @@ class Dispatcher:
                 await asyncio.sleep(POLL_SECONDS)
 
     async def _tick(self) -> bool:
-        busy = await jobs.run_webhook_batch(self.db, worker_id=self.worker_id) > 0
+        applied, changes = await jobs.run_webhook_batch(self.db, worker_id=self.worker_id)
+        if changes:
+            self.wake_events()
+        busy = applied > 0
         maintenance_due = time.monotonic() - self._last_maintenance >= POLL_SECONDS
         if self._lanes_needed or maintenance_due:
             self._lanes_needed = False
@@ -319,7 +337,9 @@ class Dispatcher:
             # Sends orphaned by a crash are judged only once this process has listened for Meta's
             # webhooks for a whole grace period: before that, silence proves nothing.
             if time.monotonic() - self.started_at >= self.settings.unconfirmed_send_grace_seconds:
-                await self.db.write(sends.release_unconfirmed)
+                released = await self.db.write(sends.release_unconfirmed)
+                if released:
+                    self.wake_events()
             for kind in (JobKind.sync_templates, JobKind.purge_expired):
                 for job in await self._claim(kind):
                     await self._run_periodic(job)
@@ -339,6 +359,7 @@ class Dispatcher:
                 client=self.client,
                 secret_box=self.secret_box,
                 template_sync_interval=self.settings.template_sync_interval_seconds,
+                delivery_retention=timedelta(days=self.settings.delivery_retention_days),
             )
             if job.kind is JobKind.sync_templates:
                 self.on_templates_synced()

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 
 from wagate.channels.models import Channel
 from wagate.db import Database, utcnow
+from wagate.events.deliveries import purge_finished
 from wagate.idempotency.service import purge_expired as purge_idempotency_keys
 from wagate.messages.webhooks import process_webhook_bodies
 from wagate.outbox.models import JobKind, JobState, OutboxJob, Priority, claim_rows
@@ -84,22 +85,25 @@ def fail_jobs(session: Session, jobs: list[ClaimedJob], error: str) -> None:
         )
 
 
-async def run_webhook_batch(db: Database, *, worker_id: str) -> int:
-    """Claim and apply stored Meta webhooks; returns how many bodies were applied."""
+async def run_webhook_batch(db: Database, *, worker_id: str) -> tuple[int, int]:
+    """Claim and apply stored Meta webhooks; returns how many bodies were claimed and how many
+    status changes they made."""
 
     def claim(session: Session) -> list[ClaimedJob]:
         return claim_jobs(session, kind=JobKind.meta_webhook, limit=WEBHOOK_BATCH, worker_id=worker_id)
 
     jobs = await db.write(claim)
     if not jobs:
-        return 0
+        return 0, 0
 
-    def apply(session: Session) -> None:
-        process_webhook_bodies(session, [job.payload for job in jobs])
+    def apply(session: Session) -> int:
+        changes = process_webhook_bodies(session, [job.payload for job in jobs])
         finish_jobs(session, [job.id for job in jobs])
+        return len(changes)
 
+    changed = 0
     try:
-        await db.write(apply)
+        changed = await db.write(apply)
     except Exception as exc:
         log.exception("applying %d Meta webhooks failed; they will be retried", len(jobs))
         error = repr(exc)
@@ -108,7 +112,7 @@ async def run_webhook_batch(db: Database, *, worker_id: str) -> int:
             fail_jobs(session, jobs, error)
 
         await db.write(retry)
-    return len(jobs)
+    return len(jobs), changed
 
 
 async def sync_channel_templates(
@@ -165,6 +169,7 @@ async def run_periodic_job(
     client: CloudApiClient,
     secret_box: SecretBox,
     template_sync_interval: float,
+    delivery_retention: timedelta,
 ) -> None:
     """Run one sync or purge and put the next one in its place, in the same transaction as the finish."""
     if job.kind is JobKind.sync_templates:
@@ -177,6 +182,10 @@ async def run_periodic_job(
             purge_idempotency_keys(session)
 
         await db.write(purge)
+        older_than = utcnow() - delivery_retention
+        # In slices, so that a large backlog never makes one long transaction.
+        while await db.write(lambda session: purge_finished(session, older_than=older_than)):
+            pass
         next_job = OutboxJob(
             kind=JobKind.purge_expired,
             priority=Priority.background,

@@ -5,13 +5,10 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Enum, Index, Integer, Select, SmallInteger, String, update
+from sqlalchemy import JSON, Enum, Index, Integer, Select, SmallInteger, String, update
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
-from wagate.db import Base, UTCDateTime, dialect_name, utcnow
-
-# SQLite only auto-increments a column declared exactly INTEGER PRIMARY KEY.
-BigIntId = BigInteger().with_variant(Integer(), "sqlite")
+from wagate.db import Base, BigIntId, UTCDateTime, dialect_name, utcnow
 
 
 class JobKind(enum.StrEnum):
@@ -19,6 +16,10 @@ class JobKind(enum.StrEnum):
     meta_webhook = "meta_webhook"
     sync_templates = "sync_templates"
     purge_expired = "purge_expired"
+    # An event for an account webhook or a status_callback URL (see wagate.events).
+    deliver_event = "deliver_event"
+    # A status_callback's `after_seconds` report: due at acceptance + N, it becomes a delivery then.
+    status_report = "status_report"
 
 
 class JobState(enum.StrEnum):
@@ -43,6 +44,7 @@ class OutboxJob(Base):
     __table_args__ = (
         Index("ix_outbox_due", "channel_id", "state", "priority", "run_at"),
         Index("ix_outbox_kind_due", "kind", "run_at"),
+        Index("ix_outbox_ordering", "ordering_key", "id"),
     )
 
     id: Mapped[int] = mapped_column(BigIntId, primary_key=True, autoincrement=True)
@@ -54,6 +56,9 @@ class OutboxJob(Base):
     # Sends are paced per channel; other kinds leave it empty.
     channel_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     message_id: Mapped[str | None] = mapped_column(String(40), nullable=True, index=True)
+    # Rows sharing a key run one at a time, oldest first: one message's events reach one endpoint
+    # in the order they happened.
+    ordering_key: Mapped[str | None] = mapped_column(String(80), nullable=True)
     payload: Mapped[dict[str, Any]] = mapped_column(JSON)
     run_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     attempts: Mapped[int] = mapped_column(Integer, default=0)

@@ -30,5 +30,9 @@ CHANNEL_THROTTLED = RetryPolicy(max_attempts=1_000_000, base_delay=1.0, cap=60.0
 # A send orphaned by a crash mid-call is sent again at most this often, and only after its grace
 # period passed without any status webhook for it.
 SEND_ORPHANED = RetryPolicy(max_attempts=3, base_delay=0.0)
+# An event delivery: first retry within 10 s of the failure, second within 60 s, then growing to
+# every 3 hours; it goes on until the delivery is `EVENT_RETRY_WINDOW` old (API.md section 8).
+EVENT_DELIVERY = RetryPolicy(max_attempts=1_000_000, base_delay=5.0, factor=6.0, cap=3 * 3600.0)
+EVENT_RETRY_WINDOW = 24 * 3600.0
 # Background jobs (Meta webhook processing, template sync, purges).
 BACKGROUND = RetryPolicy(max_attempts=50, base_delay=1.0, cap=600.0)

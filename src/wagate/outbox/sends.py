@@ -17,6 +17,7 @@ from sqlalchemy import bindparam, delete, select, update
 from sqlalchemy.orm import Session
 
 from wagate.db import table_of, utcnow
+from wagate.events.publish import publish_status_changes
 from wagate.messages.models import Message, MessageStatus, ParkedStatus
 from wagate.messages.status import StatusChange, apply_status
 from wagate.outbox.models import JobKind, JobState, OutboxJob, claim_rows
@@ -109,7 +110,7 @@ def claim_sends(
 
 
 def record_outcomes(session: Session, outcomes: list[Outcome], *, grace_seconds: float) -> list[StatusChange]:
-    """Store a round of send results in one transaction; returns the status changes it made."""
+    """Store a round of send results and their events in one transaction; returns the status changes."""
     now = utcnow()
     changes: list[StatusChange] = []
     sent = [o for o in outcomes if isinstance(o, Sent)]
@@ -151,6 +152,7 @@ def record_outcomes(session: Session, outcomes: list[Outcome], *, grace_seconds:
                     locked_until=now + timedelta(seconds=grace_seconds),
                 )
             )
+    publish_status_changes(session, changes)
     return changes
 
 
@@ -204,6 +206,7 @@ def release_unconfirmed(session: Session) -> list[StatusChange]:
                 changes.append(change)
         session.delete(job)
     session.flush()
+    publish_status_changes(session, changes)
     return changes
 
 

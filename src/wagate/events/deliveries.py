@@ -1,0 +1,250 @@
+"""The delivery job: claim due deliveries, and record what each attempt did.
+
+Both are units of work for the writer; the HTTP calls between them belong to the dispatcher's
+event lane. A delivery's outbox row is claimed with a lease, so one whose process died mid-call is
+sent again after the lease (a receiver drops the duplicate by its `webhook-id`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import bindparam, delete, exists, insert, or_, select
+from sqlalchemy.orm import Session, aliased
+
+from wagate.db import isoformat, table_of, utcnow
+from wagate.events.http import PostResult
+from wagate.events.models import Delivery, DeliveryAttempt, DeliveryState, Webhook
+from wagate.events.publish import render_due_reports
+from wagate.outbox.models import JobKind, JobState, OutboxJob, claim_rows
+from wagate.outbox.retry import EVENT_RETRY_WINDOW, RetryPolicy
+
+_INSERT_ATTEMPT = insert(table_of(DeliveryAttempt))
+_deliveries = table_of(Delivery)
+_outbox = table_of(OutboxJob)
+_SET_STATE = (
+    _deliveries.update()
+    .where(_deliveries.c.id == bindparam("delivery"))
+    .values(state=bindparam("state"), attempts=bindparam("attempts"), finished_at=bindparam("finished_at"))
+)
+_RESCHEDULE = (
+    _outbox.update()
+    .where(_outbox.c.id == bindparam("job"))
+    .values(run_at=bindparam("run_at"), last_error=bindparam("error"), locked_by=None, locked_until=None)
+)
+GONE = 410
+
+
+@dataclass(frozen=True)
+class ClaimedDelivery:
+    job_id: int
+    id: str
+    account_id: int
+    webhook_id: int | None
+    url: str | None  # None: its webhook was deleted or disabled, so it is dropped unsent
+    secret_encrypted: str | None
+    body: dict[str, Any]
+    attempt: int  # this attempt's number, from 1
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class Attempted:
+    delivery: ClaimedDelivery
+    at: datetime
+    result: PostResult
+
+
+@dataclass(frozen=True)
+class DisablePolicy:
+    after_failures: int
+    after_seconds: float
+
+
+def claim_deliveries(
+    session: Session, *, limit: int, worker_id: str, lease_seconds: float
+) -> list[ClaimedDelivery]:
+    """Due deliveries, each the oldest pending one of its ordering key, marked as taken."""
+    render_due_reports(session)
+    session.flush()
+    now = utcnow()
+    earlier = aliased(OutboxJob)
+    due = (
+        select(OutboxJob.id)
+        .where(
+            OutboxJob.kind == JobKind.deliver_event,
+            OutboxJob.state == JobState.ready,
+            OutboxJob.run_at <= now,
+            (OutboxJob.locked_until.is_(None)) | (OutboxJob.locked_until < now),
+            or_(
+                OutboxJob.ordering_key.is_(None),
+                ~exists().where(earlier.ordering_key == OutboxJob.ordering_key, earlier.id < OutboxJob.id),
+            ),
+        )
+        .order_by(OutboxJob.id)
+        .limit(limit)
+    )
+    jobs = claim_rows(
+        session,
+        due,
+        values={
+            "attempts": OutboxJob.attempts + 1,
+            "locked_by": worker_id,
+            "locked_until": now + timedelta(seconds=lease_seconds),
+        },
+        returning=(OutboxJob.id, OutboxJob.payload),
+    )
+    if not jobs:
+        return []
+    job_of = {payload["delivery_id"]: job_id for job_id, payload in jobs}
+    rows = session.execute(
+        select(Delivery, Webhook.url, Webhook.secret_encrypted, Webhook.enabled)
+        .outerjoin(Webhook, Webhook.id == Delivery.webhook_id)
+        .where(Delivery.id.in_(job_of))
+    ).tuples()
+    claimed: list[ClaimedDelivery] = []
+    for delivery, webhook_url, webhook_secret, enabled in rows:
+        if delivery.webhook_id is None:
+            url, secret = delivery.url, delivery.secret_encrypted
+        else:
+            url, secret = (webhook_url, webhook_secret) if enabled else (None, None)
+        claimed.append(
+            ClaimedDelivery(
+                job_of.pop(delivery.id),
+                delivery.id,
+                delivery.account_id,
+                delivery.webhook_id,
+                url,
+                secret,
+                delivery.body,
+                delivery.attempts + 1,
+                delivery.created_at,
+            )
+        )
+    if job_of:  # rows whose delivery is gone with its webhook or account
+        session.execute(delete(OutboxJob).where(OutboxJob.id.in_(job_of.values())))
+    return sorted(claimed, key=lambda c: c.job_id)
+
+
+def record_attempts(
+    session: Session, attempts: list[Attempted], *, retry: RetryPolicy, disable: DisablePolicy
+) -> None:
+    """Store a round of attempts: finish the delivered and the hopeless, schedule the rest again."""
+    if not attempts:
+        return
+    now = utcnow()
+    session.connection().execute(
+        _INSERT_ATTEMPT,
+        [
+            {
+                "delivery_id": a.delivery.id,
+                "attempted_at": a.at,
+                "status_code": a.result.status_code,
+                "latency_ms": a.result.latency_ms,
+                "error": a.result.error,
+                "response": a.result.response,
+                "succeeded": a.result.succeeded,
+            }
+            for a in attempts
+        ],
+    )
+    states: list[dict[str, Any]] = []
+    finished_jobs: list[int] = []
+    again: list[dict[str, Any]] = []
+    for a in attempts:
+        d = a.delivery
+        if a.result.succeeded:
+            state = DeliveryState.delivered
+        elif a.result.status_code == GONE or (now - d.created_at).total_seconds() >= EVENT_RETRY_WINDOW:
+            state = DeliveryState.failed
+        else:
+            state = DeliveryState.pending
+            again.append(
+                {
+                    "job": d.job_id,
+                    "run_at": now + timedelta(seconds=retry.delay(d.attempt)),
+                    "error": a.result.error,
+                }
+            )
+        if state is not DeliveryState.pending:
+            finished_jobs.append(d.job_id)
+        states.append(
+            {
+                "delivery": d.id,
+                "state": state,
+                "attempts": d.attempt,
+                "finished_at": None if state is DeliveryState.pending else now,
+            }
+        )
+    connection = session.connection()
+    connection.execute(_SET_STATE, states)
+    if again:
+        connection.execute(_RESCHEDULE, again)
+    if finished_jobs:
+        session.execute(delete(OutboxJob).where(OutboxJob.id.in_(finished_jobs)))
+    _track_webhook_health(session, [a for a in attempts if a.delivery.webhook_id is not None], disable, now)
+
+
+def drop_undeliverable(session: Session, deliveries: list[ClaimedDelivery]) -> None:
+    """Deliveries whose webhook was disabled meanwhile: failed, without an attempt."""
+    if not deliveries:
+        return
+    now = utcnow()
+    session.connection().execute(
+        _SET_STATE,
+        [
+            {"delivery": d.id, "state": DeliveryState.failed, "attempts": d.attempt - 1, "finished_at": now}
+            for d in deliveries
+        ],
+    )
+    session.execute(delete(OutboxJob).where(OutboxJob.id.in_([d.job_id for d in deliveries])))
+
+
+def _track_webhook_health(
+    session: Session, attempts: list[Attempted], disable: DisablePolicy, now: datetime
+) -> None:
+    """Count each webhook's run of failures; disable it when the run is long, or at once on 410."""
+    if not attempts:
+        return
+    webhooks = {
+        w.id: w
+        for w in session.scalars(
+            select(Webhook).where(Webhook.id.in_({a.delivery.webhook_id for a in attempts}))
+        )
+    }
+    for a in sorted(attempts, key=lambda a: a.at):
+        webhook = webhooks.get(a.delivery.webhook_id or 0)
+        if webhook is None:
+            continue
+        if a.result.succeeded:
+            webhook.consecutive_failures = 0
+            webhook.failing_since = None
+            continue
+        webhook.consecutive_failures += 1
+        webhook.failing_since = webhook.failing_since or a.at
+        if not webhook.enabled:
+            continue
+        if a.result.status_code == GONE:
+            webhook.enabled = False
+            webhook.disabled_reason = f"Disabled at {isoformat(now)}: the endpoint answered 410 Gone."
+        elif (
+            webhook.consecutive_failures >= disable.after_failures
+            and (now - webhook.failing_since).total_seconds() >= disable.after_seconds
+        ):
+            webhook.enabled = False
+            webhook.disabled_reason = (
+                f"Disabled at {isoformat(now)} after {webhook.consecutive_failures} failed attempts in a row "
+                f"since {isoformat(webhook.failing_since)}; the last one: {a.result.error}."
+            )[:500]
+    session.flush()
+
+
+def purge_finished(session: Session, *, older_than: datetime, limit: int = 10_000) -> int:
+    """Forget up to `limit` deliveries (and their attempts) finished before `older_than`."""
+    ids = list(session.scalars(select(Delivery.id).where(Delivery.finished_at < older_than).limit(limit)))
+    if ids:
+        session.execute(delete(DeliveryAttempt).where(DeliveryAttempt.delivery_id.in_(ids)))
+        session.execute(delete(Delivery).where(Delivery.id.in_(ids)))
+    return len(ids)

@@ -1,0 +1,250 @@
+"""Writing events: each in the same transaction as the change it reports, one delivery per endpoint.
+
+A delivery is a `deliveries` row (the event's body, kept for the account to read and to re-deliver)
+and a `deliver_event` outbox row that sends it. Rows for one message and one endpoint share an
+ordering key, so they are sent one after another in the order they were written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Connection, delete, insert, select
+from sqlalchemy.orm import Session
+
+from wagate.conversations.models import Conversation
+from wagate.db import dialect_name, table_of, utcnow
+from wagate.events.models import Delivery, DeliveryKind, DeliveryState, EventKind, Webhook
+from wagate.ids import new_id
+from wagate.messages.models import Message
+from wagate.messages.schemas import message_view
+from wagate.messages.status import StatusChange
+from wagate.outbox.models import JobKind, JobState, OutboxJob, Priority
+
+_INSERT_DELIVERY = insert(table_of(Delivery))
+_INSERT_OUTBOX = insert(table_of(OutboxJob))
+REPORT_BATCH = 500
+
+
+@dataclass
+class NewDelivery:
+    account_id: int
+    kind: DeliveryKind
+    body: dict[str, Any]
+    message_id: str | None
+    ordering_key: str | None
+    webhook_id: int | None = None
+    url: str | None = None
+    secret_encrypted: str | None = None
+    id: str = field(default_factory=lambda: new_id("evt"))
+
+
+def write_deliveries(session: Session, deliveries: list[NewDelivery], *, now: datetime | None = None) -> int:
+    """Store deliveries and their outbox rows, two statements for any number of them."""
+    if not deliveries:
+        return 0
+    now = now or utcnow()
+    connection = session.connection()
+    connection.execute(
+        _INSERT_DELIVERY,
+        [
+            {
+                "id": d.id,
+                "account_id": d.account_id,
+                "webhook_id": d.webhook_id,
+                "url": d.url,
+                "secret_encrypted": d.secret_encrypted,
+                "message_id": d.message_id,
+                "kind": d.kind,
+                "body": d.body,
+                "state": DeliveryState.pending,
+                "attempts": 0,
+                "created_at": now,
+                "finished_at": None,
+            }
+            for d in deliveries
+        ],
+    )
+    connection.execute(
+        _INSERT_OUTBOX, [_outbox_row(d.id, d.message_id, d.ordering_key, now) for d in deliveries]
+    )
+    return len(deliveries)
+
+
+def _outbox_row(
+    delivery_id: str, message_id: str | None, ordering_key: str | None, now: datetime
+) -> dict[str, Any]:
+    return {
+        "kind": JobKind.deliver_event,
+        "state": JobState.ready,
+        "priority": Priority.background,
+        "channel_id": None,
+        "message_id": message_id,
+        "ordering_key": ordering_key,
+        "payload": {"delivery_id": delivery_id},
+        "run_at": now,
+        "attempts": 0,
+        "last_error": None,
+        "locked_by": None,
+        "locked_until": None,
+        "created_at": now,
+    }
+
+
+def redeliver(session: Session, delivery: Delivery) -> None:
+    """Send a delivery again, with the same `webhook-id`, behind anything still pending for its message."""
+    delivery.state = DeliveryState.pending
+    delivery.finished_at = None
+    key = _ordering_key(delivery.webhook_id, delivery.message_id) if delivery.message_id else None
+    session.connection().execute(
+        _INSERT_OUTBOX, [_outbox_row(delivery.id, delivery.message_id, key, utcnow())]
+    )
+    session.flush()
+
+
+def _ordering_key(webhook_id: int | None, message_id: str) -> str:
+    return f"webhook:{webhook_id}:{message_id}" if webhook_id is not None else f"callback:{message_id}"
+
+
+def subscribers(session: Session, account_ids: Iterable[int], kind: EventKind) -> dict[int, list[int]]:
+    """The enabled webhooks of each account that take `kind`, one query for all of them."""
+    rows = session.execute(
+        select(Webhook.id, Webhook.account_id, Webhook.events).where(
+            Webhook.account_id.in_(set(account_ids)), Webhook.enabled.is_(True)
+        )
+    )
+    found: dict[int, list[int]] = {}
+    for webhook_id, account_id, events in rows:
+        if kind.value in events:
+            found.setdefault(account_id, []).append(webhook_id)
+    return found
+
+
+def publish_status_changes(session: Session, changes: list[StatusChange]) -> int:
+    """`message_updated` for the account's webhooks and `status_changed` for the message's callback."""
+    if not changes:
+        return 0
+    webhooks = subscribers(session, {c.account_id for c in changes}, EventKind.message_updated)
+    wanted = [c for c in changes if c.account_id in webhooks or _on_change(c.status_callback)]
+    if not wanted:
+        return 0
+    conversation_status = dict(
+        session.execute(
+            select(Conversation.id, Conversation.status).where(
+                Conversation.id.in_({c.conversation_id for c in wanted})
+            )
+        ).tuples()
+    )
+    deliveries: list[NewDelivery] = []
+    for change in wanted:
+        view = change.view
+        status = conversation_status.get(change.conversation_id)
+        view["conversation"]["status"] = status.value if status is not None else None
+        for webhook_id in webhooks.get(change.account_id, ()):
+            deliveries.append(
+                NewDelivery(
+                    account_id=change.account_id,
+                    kind=DeliveryKind.message_updated,
+                    body={
+                        "event": "message_updated",
+                        "account_id": change.account_id,
+                        "previous_status": change.previous.value,
+                        "message": view,
+                    },
+                    message_id=change.message_id,
+                    ordering_key=_ordering_key(webhook_id, change.message_id),
+                    webhook_id=webhook_id,
+                )
+            )
+        callback = change.status_callback
+        if callback is not None and _on_change(callback):
+            deliveries.append(
+                _callback_delivery(
+                    change.account_id,
+                    callback,
+                    message_id=change.message_id,
+                    reason="status_changed",
+                    previous=change.previous.value,
+                    view=view,
+                    ordered=True,
+                )
+            )
+    return write_deliveries(session, deliveries)
+
+
+def _on_change(callback: dict[str, Any] | None) -> bool:
+    return bool(callback and callback.get("on_change"))
+
+
+def _callback_delivery(
+    account_id: int,
+    callback: dict[str, Any],
+    *,
+    message_id: str,
+    reason: str,
+    previous: str | None,
+    view: dict[str, Any],
+    ordered: bool,
+) -> NewDelivery:
+    return NewDelivery(
+        account_id=account_id,
+        kind=DeliveryKind.message_status,
+        body={"event": "message_status", "reason": reason, "previous_status": previous, "message": view},
+        message_id=message_id,
+        ordering_key=_ordering_key(None, message_id) if ordered else None,
+        url=callback["url"],
+        secret_encrypted=callback.get("secret_encrypted"),
+    )
+
+
+def schedule_status_report(
+    connection: Connection, *, message_id: str, after_seconds: int, now: datetime
+) -> None:
+    """The `after_seconds` report: a durable row due at acceptance + N, written with the message."""
+    row = _outbox_row("", message_id, None, now + timedelta(seconds=after_seconds))
+    row.update(kind=JobKind.status_report, payload={})
+    connection.execute(_INSERT_OUTBOX, row)
+
+
+def render_due_reports(session: Session, *, limit: int = REPORT_BATCH) -> int:
+    """Turn due `after_seconds` reports into deliveries carrying the message as it is now."""
+    due = (
+        select(OutboxJob.id)
+        .where(OutboxJob.kind == JobKind.status_report, OutboxJob.run_at <= utcnow())
+        .order_by(OutboxJob.run_at)
+        .limit(limit)
+    )
+    if dialect_name(session) == "postgresql":
+        due = due.with_for_update(skip_locked=True)
+    message_ids = list(
+        session.scalars(delete(OutboxJob).where(OutboxJob.id.in_(due)).returning(OutboxJob.message_id))
+    )
+    if not message_ids:
+        return 0
+    rows = session.execute(
+        select(Message, Conversation.status)
+        .join(Conversation, Conversation.id == Message.conversation_id)
+        .where(Message.id.in_([m for m in message_ids if m]))
+    )
+    deliveries: list[NewDelivery] = []
+    for message, conversation_status in rows.tuples():
+        callback = message.status_callback
+        if not callback or not callback.get("url"):
+            continue
+        history = message.status_history
+        deliveries.append(
+            _callback_delivery(
+                message.account_id,
+                callback,
+                message_id=message.id,
+                reason="after_seconds",
+                previous=history[-2]["status"] if len(history) > 1 else None,
+                view=message_view(message, conversation_status=conversation_status.value),
+                # One report, due at its own time: it must not wait behind the message's other events.
+                ordered=False,
+            )
+        )
+    return write_deliveries(session, deliveries)

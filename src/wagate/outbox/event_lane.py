@@ -1,0 +1,171 @@
+"""The dispatcher's event lane: delivers account webhook events and status_callback reports.
+
+Like a channel's send lane, each HTTP call is a task of its own and the attempts are recorded in
+batches, so a receiver that takes its full 10 s holds up nothing but its own event. It claims when
+woken (events were written, a delivery finished) and otherwise sleeps until the next delivery or
+`after_seconds` report is due, or a second at most (for rows other processes wrote).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import replace
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+import orjson
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from wagate.db import utcnow
+from wagate.events import deliveries
+from wagate.events.http import DELIVERY_TIMEOUT_SECONDS, EventPoster
+from wagate.events.signing import signed_headers
+from wagate.outbox.models import JobKind, OutboxJob
+from wagate.outbox.retry import EVENT_DELIVERY
+
+if TYPE_CHECKING:
+    from wagate.outbox.dispatcher import Dispatcher
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 1.0
+MAX_IN_FLIGHT = 256
+# A claimed delivery whose process died is sent again after this (the call itself takes at most 10 s).
+LEASE_SECONDS = 60.0
+
+
+class EventLane:
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        settings = dispatcher.settings
+        self.db = dispatcher.db
+        self.secret_box = dispatcher.secret_box
+        self.worker_id = dispatcher.worker_id
+        self.poster = EventPoster(allow_private=settings.allow_private_urls, pool_limit=MAX_IN_FLIGHT)
+        self.retry = replace(EVENT_DELIVERY, base_delay=settings.event_retry_base_seconds)
+        self.disable = deliveries.DisablePolicy(
+            settings.webhook_disable_after_failures, settings.webhook_disable_after_seconds
+        )
+        self.calls: set[asyncio.Task[None]] = set()
+        self.attempts: list[deliveries.Attempted] = []
+        self.attempt_ready = asyncio.Event()
+        self.wake_event = asyncio.Event()
+        self.stopping = False
+        self._secrets: dict[str, str] = {}
+        self.task = asyncio.create_task(self._run(), name="wagate-events")
+        self.recorder = asyncio.create_task(self._record_attempts(), name="wagate-events-record")
+
+    def wake(self) -> None:
+        self.wake_event.set()
+
+    async def stop(self) -> None:
+        self.stopping = True
+        self.wake()
+        await asyncio.wait({self.task}, timeout=2.0)
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+        if self.calls:
+            await asyncio.wait(self.calls, timeout=DELIVERY_TIMEOUT_SECONDS + 1)
+        self.recorder.cancel()
+        await asyncio.gather(self.recorder, return_exceptions=True)
+        await self._flush_attempts()  # a call cut short is sent again after its lease
+        await self.poster.close()
+
+    async def _run(self) -> None:
+        while not self.stopping:
+            try:
+                self.wake_event.clear()
+                if not await self._round():
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.wake_event.wait(), timeout=await self._idle_seconds())
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("event lane failed a round; going on")
+                await asyncio.sleep(POLL_SECONDS)
+
+    async def _round(self) -> bool:
+        while len(self.calls) >= MAX_IN_FLIGHT:
+            await asyncio.wait(self.calls, return_when=asyncio.FIRST_COMPLETED)
+        limit = MAX_IN_FLIGHT - len(self.calls)
+
+        def claim(session: Session) -> list[deliveries.ClaimedDelivery]:
+            return deliveries.claim_deliveries(
+                session, limit=limit, worker_id=self.worker_id, lease_seconds=LEASE_SECONDS
+            )
+
+        claimed = await self.db.write(claim)
+        unsendable = [d for d in claimed if d.url is None]
+        if unsendable:
+            await self.db.write(lambda session: deliveries.drop_undeliverable(session, unsendable))
+        for delivery in claimed:
+            if delivery.url is not None:
+                call = asyncio.create_task(self._post(delivery))
+                self.calls.add(call)
+                call.add_done_callback(self.calls.discard)
+        return bool(claimed)
+
+    async def _idle_seconds(self) -> float:
+        """Until the next delivery or report is due, within the poll interval."""
+        now = utcnow()
+        async with self.db.read() as session:
+            next_due = await session.scalar(
+                select(func.min(OutboxJob.run_at)).where(
+                    OutboxJob.kind.in_([JobKind.deliver_event, JobKind.status_report]),
+                    OutboxJob.run_at > now,
+                )
+            )
+        if next_due is None:
+            return POLL_SECONDS
+        return min(POLL_SECONDS, max(0.0, (next_due - now) / timedelta(seconds=1)))
+
+    async def _post(self, delivery: deliveries.ClaimedDelivery) -> None:
+        assert delivery.url is not None
+        body = orjson.dumps(delivery.body)
+        at = utcnow()
+        headers = signed_headers(
+            self._secret(delivery.secret_encrypted), event_id=delivery.id, timestamp=at, body=body.decode()
+        )
+        result = await self.poster.post(delivery.url, body, headers)
+        self.attempts.append(deliveries.Attempted(delivery, at, result))
+        self.attempt_ready.set()
+
+    def _secret(self, encrypted: str | None) -> str | None:
+        if not encrypted:
+            return None  # a status_callback without a secret is sent unsigned
+        secret = self._secrets.get(encrypted)
+        if secret is None:
+            if len(self._secrets) > 10_000:
+                self._secrets.clear()
+            secret = self._secrets[encrypted] = self.secret_box.decrypt(encrypted)
+        return secret
+
+    async def _record_attempts(self) -> None:
+        while True:
+            await self.attempt_ready.wait()
+            self.attempt_ready.clear()
+            try:
+                await self._flush_attempts()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("recording event deliveries failed; retrying")
+                self.attempt_ready.set()
+                await asyncio.sleep(POLL_SECONDS)
+
+    async def _flush_attempts(self) -> None:
+        batch, self.attempts = self.attempts, []
+        if not batch:
+            return
+
+        def record(session: Session) -> None:
+            deliveries.record_attempts(session, batch, retry=self.retry, disable=self.disable)
+
+        try:
+            await self.db.write(record)
+        except BaseException:
+            self.attempts = batch + self.attempts
+            raise
+        self.wake()  # the next event of each finished one's message may go now
