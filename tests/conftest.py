@@ -110,10 +110,19 @@ def gateway_settings(
 
 @contextmanager
 def running_gateway(
-    database_url: str, simulator: Simulator, spec: dict[str, Any] | None = None, **settings: Any
+    database_url: str,
+    simulator: Simulator,
+    spec: dict[str, Any] | None = None,
+    secret_key: str | None = None,
+    **settings: Any,
 ) -> Iterator[Gateway]:
-    """A migrated, provisioned gateway on a loopback port, the simulator's webhooks aimed at it."""
-    config = gateway_settings(database_url, simulator, Fernet.generate_key().decode(), **settings)
+    """A migrated, provisioned gateway on a loopback port, the simulator's webhooks aimed at it.
+
+    Give the same `secret_key` to start a gateway again on the same database (a restart).
+    """
+    config = gateway_settings(
+        database_url, simulator, secret_key or Fernet.generate_key().decode(), **settings
+    )
     migrate(database_url)
     provisioned = asyncio.run(run_provision(config, ProvisionFile.model_validate(spec or provision_file())))
     accounts = {a["name"]: a for a in provisioned["accounts"]}

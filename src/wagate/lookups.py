@@ -24,6 +24,8 @@ class Lookups:
         self.principals: TTLCache[str, Principal] = TTLCache()
         self.channels: TTLCache[tuple[int, int, int], Channel] = TTLCache()
         self.templates: TTLCache[tuple[int, str, str], Template | None] = TTLCache()
+        # Hosts of status_callback URLs found to be public (the SSRF guard), for a minute.
+        self.public_hosts: TTLCache[str, bool] = TTLCache(ttl=60.0)
 
     async def principal(self, token: str) -> Principal:
         token_hash = hash_api_token(token)

@@ -132,3 +132,15 @@ def test_a_broken_fallback_is_refused_even_with_the_window_closed(gateway: Gatew
         "fallback_template": {"name": "new_feature", "language": "en"},
     }
     assert error_of(gateway.send(body))["code"] == "template_not_approved"
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:8080/status", "http://localhost/status", "https://10.1.2.3/s", "http://[::1]/s"]
+)
+def test_a_status_callback_into_a_private_network_is_invalid_url(gateway: Gateway, url: str) -> None:
+    number = new_number()
+    body = {"phone_number": number, "template": OTP, "status_callback": {"url": url}}
+    error = error_of(gateway.send(body))
+    assert error["code"] == "invalid_url"
+    assert error["details"][0]["field"] == "status_callback.url"
+    assert gateway.sim.messages(to=number) == []

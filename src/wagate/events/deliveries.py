@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session, aliased
 from wagate.db import isoformat, table_of, utcnow
 from wagate.events.http import PostResult
 from wagate.events.models import Delivery, DeliveryAttempt, DeliveryState, Webhook
-from wagate.events.publish import render_due_reports
+from wagate.events.publish import cancel_pending, render_due_reports
 from wagate.outbox.models import JobKind, JobState, OutboxJob, claim_rows
 from wagate.outbox.retry import EVENT_RETRY_WINDOW, RetryPolicy
 
@@ -103,7 +103,7 @@ def claim_deliveries(
         select(Delivery, Webhook.url, Webhook.secret_encrypted, Webhook.enabled)
         .outerjoin(Webhook, Webhook.id == Delivery.webhook_id)
         .where(Delivery.id.in_(job_of))
-    ).tuples()
+    )
     claimed: list[ClaimedDelivery] = []
     for delivery, webhook_url, webhook_secret, enabled in rows:
         if delivery.webhook_id is None:
@@ -208,6 +208,7 @@ def _track_webhook_health(
     """Count each webhook's run of failures; disable it when the run is long, or at once on 410."""
     if not attempts:
         return
+    disabled: list[int] = []
     webhooks = {
         w.id: w
         for w in session.scalars(
@@ -227,18 +228,21 @@ def _track_webhook_health(
         if not webhook.enabled:
             continue
         if a.result.status_code == GONE:
+            disabled.append(webhook.id)
             webhook.enabled = False
             webhook.disabled_reason = f"Disabled at {isoformat(now)}: the endpoint answered 410 Gone."
         elif (
             webhook.consecutive_failures >= disable.after_failures
             and (now - webhook.failing_since).total_seconds() >= disable.after_seconds
         ):
+            disabled.append(webhook.id)
             webhook.enabled = False
             webhook.disabled_reason = (
                 f"Disabled at {isoformat(now)} after {webhook.consecutive_failures} failed attempts in a row "
                 f"since {isoformat(webhook.failing_since)}; the last one: {a.result.error}."
             )[:500]
     session.flush()
+    cancel_pending(session, disabled)
 
 
 def purge_finished(session: Session, *, older_than: datetime, limit: int = 10_000) -> int:

@@ -61,7 +61,7 @@ class Delivery(Base):
 
     __tablename__ = "deliveries"
     __table_args__ = (
-        Index("ix_deliveries_webhook_created", "webhook_id", "created_at"),
+        Index("ix_deliveries_webhook", "webhook_id", "id"),
         Index("ix_deliveries_finished", "finished_at"),
     )
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, delete, insert, select
+from sqlalchemy import Connection, delete, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from wagate.conversations.models import Conversation
@@ -106,7 +106,34 @@ def redeliver(session: Session, delivery: Delivery) -> None:
 
 
 def _ordering_key(webhook_id: int | None, message_id: str) -> str:
-    return f"webhook:{webhook_id}:{message_id}" if webhook_id is not None else f"callback:{message_id}"
+    return (
+        f"{webhook_key_prefix(webhook_id)}{message_id}"
+        if webhook_id is not None
+        else f"callback:{message_id}"
+    )
+
+
+def webhook_key_prefix(webhook_id: int) -> str:
+    """What the ordering keys of every delivery to one webhook start with."""
+    return f"webhook:{webhook_id}:"
+
+
+def cancel_pending(session: Session, webhook_ids: list[int]) -> None:
+    """A webhook was disabled: its pending deliveries fail now (they can be re-delivered by hand)."""
+    if not webhook_ids:
+        return
+    now = utcnow()
+    session.execute(
+        update(Delivery)
+        .where(Delivery.webhook_id.in_(webhook_ids), Delivery.state == DeliveryState.pending)
+        .values(state=DeliveryState.failed, finished_at=now)
+    )
+    session.execute(
+        delete(OutboxJob).where(
+            OutboxJob.kind == JobKind.deliver_event,
+            or_(*(OutboxJob.ordering_key.startswith(webhook_key_prefix(w)) for w in webhook_ids)),
+        )
+    )
 
 
 def subscribers(session: Session, account_ids: Iterable[int], kind: EventKind) -> dict[int, list[int]]:
@@ -131,13 +158,14 @@ def publish_status_changes(session: Session, changes: list[StatusChange]) -> int
     wanted = [c for c in changes if c.account_id in webhooks or _on_change(c.status_callback)]
     if not wanted:
         return 0
-    conversation_status = dict(
-        session.execute(
+    conversation_status = {
+        conversation_id: status
+        for conversation_id, status in session.execute(
             select(Conversation.id, Conversation.status).where(
                 Conversation.id.in_({c.conversation_id for c in wanted})
             )
-        ).tuples()
-    )
+        )
+    }
     deliveries: list[NewDelivery] = []
     for change in wanted:
         view = change.view
@@ -230,7 +258,7 @@ def render_due_reports(session: Session, *, limit: int = REPORT_BATCH) -> int:
         .where(Message.id.in_([m for m in message_ids if m]))
     )
     deliveries: list[NewDelivery] = []
-    for message, conversation_status in rows.tuples():
+    for message, conversation_status in rows:
         callback = message.status_callback
         if not callback or not callback.get("url"):
             continue

@@ -11,6 +11,8 @@ from wagate.accounts.auth import Principal, account_member
 from wagate.channels.service import channel_for_member
 from wagate.conversations.service import find_conversation, window_of
 from wagate.db import isoformat, utcnow
+from wagate.events import service as events
+from wagate.events.schemas import delivery_view
 from wagate.idempotency import service as idempotency
 from wagate.messages import service
 from wagate.messages.schemas import SendMessageRequest, SendMessageResponse
@@ -133,3 +135,19 @@ async def get_message(
 ) -> dict[str, Any]:
     async with request.app.state.db.read() as session:
         return await service.read_message(session, principal=principal, message_id=message_id)
+
+
+@router.get("/accounts/{account_id}/whatsapp/messages/{message_id}/deliveries", responses=ERRORS)
+async def get_callback_deliveries(
+    message_id: str,
+    request: Request,
+    principal: Principal = Depends(account_member),
+    limit: int = Query(50, ge=1, le=200),
+) -> JSONResponse:
+    """The message's status_callback deliveries with every attempt, newest first."""
+    async with request.app.state.db.read() as session:
+        await service.read_message(session, principal=principal, message_id=message_id)  # 404 / 403
+        found = await events.list_deliveries(
+            session, account_id=principal.account_id, message_id=message_id, limit=limit
+        )
+    return JSONResponse({"data": [delivery_view(d, a) for d, a in found]})

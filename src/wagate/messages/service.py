@@ -19,6 +19,7 @@ from wagate.conversations.service import find_conversation, status_after_send, t
 from wagate.db import isoformat, table_of, utcnow
 from wagate.errors import MessageNotFound, TemplateParametersMismatch, WindowClosed
 from wagate.events.publish import schedule_status_report
+from wagate.events.urls import check_url
 from wagate.ids import new_id
 from wagate.lookups import Lookups
 from wagate.messages.models import Direction, Message, MessageStatus, SentAs
@@ -134,6 +135,13 @@ async def prepare_send(
         )
         upstream_body = template_message(to, template.name, template.language, components, message_id)
     callback = request.status_callback.model_dump() if request.status_callback else None
+    if callback is not None:
+        await check_url(
+            callback["url"],
+            allow_private=settings.allow_private_urls,
+            field="status_callback.url",
+            public_hosts=lookups.public_hosts,
+        )
     return PreparedSend(
         message_id=message_id,
         account_id=principal.account_id,

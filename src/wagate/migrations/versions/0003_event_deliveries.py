@@ -66,7 +66,7 @@ def upgrade() -> None:
     with op.batch_alter_table("deliveries", schema=None) as batch_op:
         batch_op.create_index("ix_deliveries_finished", ["finished_at"], unique=False)
         batch_op.create_index(batch_op.f("ix_deliveries_message_id"), ["message_id"], unique=False)
-        batch_op.create_index("ix_deliveries_webhook_created", ["webhook_id", "created_at"], unique=False)
+        batch_op.create_index("ix_deliveries_webhook", ["webhook_id", "id"], unique=False)
 
     op.create_table(
         "delivery_attempts",
@@ -117,7 +117,7 @@ def downgrade() -> None:
 
     op.drop_table("delivery_attempts")
     with op.batch_alter_table("deliveries", schema=None) as batch_op:
-        batch_op.drop_index("ix_deliveries_webhook_created")
+        batch_op.drop_index("ix_deliveries_webhook")
         batch_op.drop_index(batch_op.f("ix_deliveries_message_id"))
         batch_op.drop_index("ix_deliveries_finished")
 
