@@ -6,7 +6,6 @@ which it answers 200 again.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections import defaultdict, deque
@@ -42,7 +41,6 @@ class Receiver:
         self._lock = threading.Lock()
         self._received: dict[str, list[Received]] = defaultdict(list)
         self._answers: dict[str, deque[int]] = defaultdict(deque)
-        self._delays: dict[str, float] = {}
         app = Starlette(routes=[Route("/{path:path}", self._handle, methods=["POST"])])
         self.server: RunningServer = run_in_thread(app)
 
@@ -52,9 +50,6 @@ class Receiver:
         with self._lock:
             answers = self._answers[path]
             status = answers.popleft() if answers else 200
-            delay = self._delays.get(path, 0.0)
-        if delay:
-            await asyncio.sleep(delay)
         with self._lock:
             self._received[path].append(Received(path, dict(request.headers), body, status, time.time()))
         return Response(b"ok" if status < 300 else b"receiver says no", status_code=status)
@@ -66,9 +61,10 @@ class Receiver:
         with self._lock:
             self._answers[path].extend(statuses)
 
-    def delay(self, path: str, seconds: float) -> None:
+    def answer_ok(self, path: str) -> None:
+        """Forget the failures still queued for `path`: it answers 200 from now on."""
         with self._lock:
-            self._delays[path] = seconds
+            self._answers[path].clear()
 
     def received(self, path: str) -> list[Received]:
         with self._lock:

@@ -14,6 +14,7 @@ from wagate.channels.models import Channel
 from wagate.channels.service import channel_for_member
 from wagate.db import Database
 from wagate.errors import Unauthorized
+from wagate.events.models import Webhook
 from wagate.security import hash_api_token
 from wagate.templates.models import Template
 
@@ -24,6 +25,7 @@ class Lookups:
         self.principals: TTLCache[str, Principal] = TTLCache()
         self.channels: TTLCache[tuple[int, int, int], Channel] = TTLCache()
         self.templates: TTLCache[tuple[int, str, str], Template | None] = TTLCache()
+        self.subscriptions: TTLCache[int, dict[str, list[int]]] = TTLCache()
         # Hosts of status_callback URLs found to be public (the SSRF guard), for a minute.
         self.public_hosts: TTLCache[str, bool] = TTLCache(ttl=60.0)
 
@@ -61,6 +63,24 @@ class Lookups:
                 return found
 
         return await self.templates.get_or_load((channel_id, name, language), load)
+
+    async def subscribers(self, account_id: int) -> dict[str, list[int]]:
+        """The account's enabled webhooks by event kind, so a send knows without a query whom to tell."""
+
+        async def load() -> dict[str, list[int]]:
+            async with self.db.read() as session:
+                rows = await session.execute(
+                    select(Webhook.id, Webhook.events).where(
+                        Webhook.account_id == account_id, Webhook.enabled.is_(True)
+                    )
+                )
+            found: dict[str, list[int]] = {}
+            for webhook_id, events in rows:
+                for kind in events:
+                    found.setdefault(kind, []).append(webhook_id)
+            return found
+
+        return await self.subscriptions.get_or_load(account_id, load)
 
     def forget_templates(self) -> None:
         """After a sync in this process: its result applies at once."""

@@ -334,3 +334,42 @@ def test_deliveries_never_connect_to_a_private_address_unless_allowed(receiver: 
     assert receiver.received("ssrf") == []
     assert asyncio.run(attempt(by_name, allow_private=True)) == (200, None)
     assert len(receiver.received("ssrf")) == 1
+
+
+def test_subscribers_choose_message_created_and_conversation_status_changed(
+    gateway: Gateway, receiver: Receiver, register: Register
+) -> None:
+    webhook = register("kinds", events=["message_created", "conversation_status_changed"])
+    number = new_number()
+    response = gateway.otp(number)
+    assert response.status_code == 201, response.text
+    message_id = response.json()["id"]
+    gateway.wait_status(message_id, "delivered")
+    gateway.sim.inbound(MAIN["phone_number_id"], number.removeprefix("+"), "thanks, got it")
+
+    def arrived() -> list[dict[str, Any]] | None:
+        bodies = [r.json for r in receiver.received("kinds")]
+        mine = [
+            b
+            for b in bodies
+            if b.get("message", {}).get("phone_number") == number
+            or b.get("conversation", {}).get("phone_number") == number
+        ]
+        return mine if len(mine) >= 4 else None
+
+    bodies = wait_for(arrived, what="4 events about the conversation")
+    signer = Webhook(webhook["secret"])
+    for received in receiver.received("kinds"):
+        signer.verify(received.body, received.headers)
+    created = [b for b in bodies if b["event"] == "message_created"]
+    assert [(b["direction"], b["message"]["status"]) for b in created] == [
+        ("outbound", "sent"),
+        ("inbound", "delivered"),
+    ]
+    assert created[0]["message"]["id"] == message_id and created[1]["message"]["text"] == "thanks, got it"
+    conversation = [b for b in bodies if b["event"] == "conversation_status_changed"]
+    assert [(b["previous_status"], b["conversation"]["status"]) for b in conversation] == [
+        (None, "resolved"),
+        ("resolved", "open"),
+    ]
+    assert all(b["event"] != "message_updated" for b in bodies)  # not subscribed

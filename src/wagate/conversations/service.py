@@ -104,14 +104,15 @@ def get_or_create_conversation(
     phone_number: str,
     initial_status: ConversationStatus,
     contact_name: str | None = None,
-) -> Conversation:
-    """The conversation of this channel with this number, created with its contact when new.
+) -> tuple[Conversation, bool]:
+    """The conversation of this channel with this number, and whether it was created just now (with
+    its contact, when new).
 
     Inserts ignore a conflict, so two writers creating the same contact at once both succeed.
     """
     contact_id = upsert_contact(session, account_id=account_id, phone_number=phone_number, name=contact_name)
     now = utcnow()
-    session.execute(
+    inserted = session.connection().execute(
         _insert(session, Conversation)
         .values(
             account_id=account_id,
@@ -122,14 +123,15 @@ def get_or_create_conversation(
             created_at=now,
         )
         .on_conflict_do_nothing()
-    )
+        .returning(table_of(Conversation).c.id)  # a row only when inserted (rowcount is not portable)
+    ).scalar_one_or_none()
     conversation = session.scalar(
         select(Conversation).where(
             Conversation.channel_id == channel_id, Conversation.contact_id == contact_id
         )
     )
     assert conversation is not None  # inserted or already there
-    return conversation
+    return conversation, inserted is not None
 
 
 def touch_after_send(

@@ -46,7 +46,9 @@ async def create_webhook(
         )
         return webhook_view(webhook, secret=secret)
 
-    return FastJSONResponse(await state.db.write(unit), status_code=201)
+    view = await state.db.write(unit)
+    state.lookups.subscriptions.clear()  # this process's sends see the new subscriber at once
+    return FastJSONResponse(view, status_code=201)
 
 
 @router.delete("/accounts/{account_id}/webhooks/{webhook_id}", status_code=204)
@@ -57,6 +59,7 @@ async def delete_webhook(
         service.delete_webhook(session, account_id=principal.account_id, webhook_id=webhook_id)
 
     await request.app.state.db.write(unit)
+    request.app.state.lookups.subscriptions.clear()
     return Response(status_code=204)
 
 
@@ -85,7 +88,9 @@ async def update_webhook(
         )
         return webhook_view(webhook)
 
-    return FastJSONResponse(await state.db.write(unit))
+    view = await state.db.write(unit)
+    state.lookups.subscriptions.clear()
+    return FastJSONResponse(view)
 
 
 @router.get("/accounts/{account_id}/webhooks/{webhook_id}/deliveries")

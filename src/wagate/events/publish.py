@@ -276,3 +276,84 @@ def render_due_reports(session: Session, *, limit: int = REPORT_BATCH) -> int:
             )
         )
     return write_deliveries(session, deliveries)
+
+
+@dataclass(frozen=True)
+class ConversationChange:
+    account_id: int
+    conversation_id: int
+    channel_id: int
+    phone_number: str
+    previous: str | None  # None: the conversation was just created
+    current: str
+
+
+def publish_messages_created(
+    session: Session,
+    created: list[tuple[Message, str]],
+    *,
+    webhooks: dict[int, list[int]] | None = None,
+) -> int:
+    """`message_created` for each (message, its conversation's status): API sends and customer messages.
+
+    `webhooks` (account -> webhook ids) when the caller knows them already; otherwise one query.
+    """
+    if not created:
+        return 0
+    if webhooks is None:
+        webhooks = subscribers(session, {m.account_id for m, _ in created}, EventKind.message_created)
+    deliveries = [
+        NewDelivery(
+            account_id=message.account_id,
+            kind=DeliveryKind.message_created,
+            body={
+                "event": "message_created",
+                "account_id": message.account_id,
+                "direction": message.direction.value,
+                "message": message_view(message, conversation_status=conversation_status),
+            },
+            message_id=message.id,
+            # Same key as the message's `message_updated` events: created always arrives first.
+            ordering_key=_ordering_key(webhook_id, message.id),
+            webhook_id=webhook_id,
+        )
+        for message, conversation_status in created
+        for webhook_id in webhooks.get(message.account_id, ())
+    ]
+    return write_deliveries(session, deliveries)
+
+
+def publish_conversation_changes(
+    session: Session, changes: list[ConversationChange], *, webhooks: dict[int, list[int]] | None = None
+) -> int:
+    """`conversation_status_changed` for conversations created or moved to another status."""
+    changes = [c for c in changes if c.previous != c.current]
+    if not changes:
+        return 0
+    if webhooks is None:
+        webhooks = subscribers(
+            session, {c.account_id for c in changes}, EventKind.conversation_status_changed
+        )
+    deliveries = [
+        NewDelivery(
+            account_id=change.account_id,
+            kind=DeliveryKind.conversation_status_changed,
+            body={
+                "event": "conversation_status_changed",
+                "account_id": change.account_id,
+                "previous_status": change.previous,
+                "conversation": {
+                    "id": change.conversation_id,
+                    "channel_id": change.channel_id,
+                    "phone_number": change.phone_number,
+                    "status": change.current,
+                },
+            },
+            message_id=None,
+            ordering_key=f"{webhook_key_prefix(webhook_id)}conversation:{change.conversation_id}",
+            webhook_id=webhook_id,
+        )
+        for change in changes
+        for webhook_id in webhooks.get(change.account_id, ())
+    ]
+    return write_deliveries(session, deliveries)

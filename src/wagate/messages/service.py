@@ -15,10 +15,22 @@ from wagate.accounts.auth import Principal
 from wagate.channels.service import channel_for_member
 from wagate.config import Settings
 from wagate.conversations.models import Conversation, ConversationStatus
-from wagate.conversations.service import find_conversation, status_after_send, touch_after_send, window_of
+from wagate.conversations.service import (
+    conversation_query,
+    find_conversation,
+    status_after_send,
+    touch_after_send,
+    window_of,
+)
 from wagate.db import isoformat, table_of, utcnow
 from wagate.errors import MessageNotFound, TemplateParametersMismatch, WindowClosed
-from wagate.events.publish import schedule_status_report
+from wagate.events.models import EventKind
+from wagate.events.publish import (
+    ConversationChange,
+    publish_conversation_changes,
+    publish_messages_created,
+    schedule_status_report,
+)
 from wagate.events.urls import check_url
 from wagate.ids import new_id
 from wagate.lookups import Lookups
@@ -59,6 +71,9 @@ class PreparedSend:
     currency: str
     priority: Priority = Priority.single
     batch_id: str | None = None
+    # The account's webhooks that take `message_created` / `conversation_status_changed` (usually none).
+    created_webhooks: tuple[int, ...] = ()
+    conversation_webhooks: tuple[int, ...] = ()
 
 
 async def _bind_template(lookups: Lookups, *, channel_id: int, ref: TemplateRef, field: str) -> BoundTemplate:
@@ -142,7 +157,10 @@ async def prepare_send(
             field="status_callback.url",
             public_hosts=lookups.public_hosts,
         )
+    subscribers = await lookups.subscribers(principal.account_id)
     return PreparedSend(
+        created_webhooks=tuple(subscribers.get(EventKind.message_created, ())),
+        conversation_webhooks=tuple(subscribers.get(EventKind.conversation_status_changed, ())),
         message_id=message_id,
         account_id=principal.account_id,
         channel_id=channel.id,
@@ -182,44 +200,51 @@ def store_send(
     record), so the lane can call Meta the moment this commits. Returns the outbox row's id.
     """
     now = utcnow()
+    conversation_status = status_after_send(send.conversation_status)
+    previous_status: str | None = None
+    if send.conversation_webhooks:  # only then is the status before the send worth a query
+        before = session.scalar(
+            conversation_query(
+                account_id=send.account_id, channel_id=send.channel_id, phone_number=send.phone_number
+            )
+        )
+        previous_status = before.status.value if before is not None else None
     conversation_id = touch_after_send(
         session,
         account_id=send.account_id,
         channel_id=send.channel_id,
         phone_number=send.phone_number,
-        status=status_after_send(send.conversation_status),
+        status=conversation_status,
     )
     template = send.template.template if send.template else None
     # Core statements built once, with values at execution: this runs for every accepted message,
     # and the ORM's unit of work (or a statement compiled anew) costs more than the SQL itself.
     connection = session.connection()
-    connection.execute(
-        _INSERT_MESSAGE,
-        {
-            "id": send.message_id,
-            "account_id": send.account_id,
-            "channel_id": send.channel_id,
-            "conversation_id": conversation_id,
-            "direction": Direction.outbound,
-            "phone_number": send.phone_number,
-            "status": MessageStatus.sent,
-            "sent_as": send.sent_as,
-            "text": send.text,
-            "template_name": template.name if template else None,
-            "template_language": template.language if template else None,
-            "template_category": template.category if template else None,
-            "template_parameters": send.template.parameters if send.template else None,
-            "external_error": None,
-            "upstream_message_id": None,
-            "cost_micros": send.cost_micros,
-            "cost_currency": send.currency,
-            "batch_id": send.batch_id,
-            "status_callback": send.status_callback,
-            "status_history": [{"status": MessageStatus.sent.value, "at": isoformat(now) or ""}],
-            "created_at": now,
-            "updated_at": now,
-        },
-    )
+    message_row = {
+        "id": send.message_id,
+        "account_id": send.account_id,
+        "channel_id": send.channel_id,
+        "conversation_id": conversation_id,
+        "direction": Direction.outbound,
+        "phone_number": send.phone_number,
+        "status": MessageStatus.sent,
+        "sent_as": send.sent_as,
+        "text": send.text,
+        "template_name": template.name if template else None,
+        "template_language": template.language if template else None,
+        "template_category": template.category if template else None,
+        "template_parameters": send.template.parameters if send.template else None,
+        "external_error": None,
+        "upstream_message_id": None,
+        "cost_micros": send.cost_micros,
+        "cost_currency": send.currency,
+        "batch_id": send.batch_id,
+        "status_callback": send.status_callback,
+        "status_history": [{"status": MessageStatus.sent.value, "at": isoformat(now) or ""}],
+        "created_at": now,
+        "updated_at": now,
+    }
+    connection.execute(_INSERT_MESSAGE, message_row)
     job_id: int = connection.execute(
         _INSERT_OUTBOX,
         {
@@ -240,6 +265,24 @@ def store_send(
     after_seconds = send.status_callback.get("after_seconds") if send.status_callback else None
     if after_seconds:
         schedule_status_report(connection, message_id=send.message_id, after_seconds=after_seconds, now=now)
+    if send.created_webhooks:
+        publish_messages_created(
+            session,
+            [(Message(**message_row), conversation_status.value)],
+            webhooks={send.account_id: list(send.created_webhooks)},
+        )
+    if send.conversation_webhooks:
+        change = ConversationChange(
+            send.account_id,
+            conversation_id,
+            send.channel_id,
+            send.phone_number,
+            previous_status,
+            conversation_status.value,
+        )
+        publish_conversation_changes(
+            session, [change], webhooks={send.account_id: list(send.conversation_webhooks)}
+        )
     if notify_others:
         notify_outbox(session, send.channel_id)
     return job_id

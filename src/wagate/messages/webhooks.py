@@ -13,7 +13,12 @@ from wagate.conversations.models import ConversationStatus
 from wagate.conversations.service import get_or_create_conversation
 from wagate.db import isoformat, utcnow
 from wagate.errors import InvalidPhoneNumber
-from wagate.events.publish import publish_status_changes
+from wagate.events.publish import (
+    ConversationChange,
+    publish_conversation_changes,
+    publish_messages_created,
+    publish_status_changes,
+)
 from wagate.ids import new_id
 from wagate.messages.models import Direction, Message, MessageStatus, ParkedStatus
 from wagate.messages.status import StatusChange, apply_status
@@ -104,7 +109,8 @@ def store_inbound(session: Session, *, channel: Channel, inbound: list[InboundMe
             )
         )
     )
-    stored: list[Message] = []
+    stored: list[tuple[Message, str]] = []
+    conversation_changes: list[ConversationChange] = []
     for item in inbound:
         if item.wamid in known:
             continue  # Meta delivers webhooks at least once
@@ -113,7 +119,7 @@ def store_inbound(session: Session, *, channel: Channel, inbound: list[InboundMe
             phone_number = normalize_phone_number(item.from_, field="from")
         except InvalidPhoneNumber:
             phone_number = "+" + item.from_.lstrip("+")
-        conversation = get_or_create_conversation(
+        conversation, created = get_or_create_conversation(
             session,
             account_id=channel.account_id,
             channel_id=channel.id,
@@ -121,8 +127,19 @@ def store_inbound(session: Session, *, channel: Channel, inbound: list[InboundMe
             initial_status=ConversationStatus.open,
             contact_name=item.profile_name,
         )
+        previous = None if created else conversation.status.value
         if conversation.status is ConversationStatus.resolved:
             conversation.status = ConversationStatus.open
+        conversation_changes.append(
+            ConversationChange(
+                channel.account_id,
+                conversation.id,
+                channel.id,
+                phone_number,
+                previous,
+                conversation.status.value,
+            )
+        )
         last = conversation.last_customer_message_at
         conversation.last_customer_message_at = item.timestamp if last is None else max(last, item.timestamp)
         conversation.last_activity_at = utcnow()
@@ -143,9 +160,11 @@ def store_inbound(session: Session, *, channel: Channel, inbound: list[InboundMe
             updated_at=utcnow(),
         )
         session.add(message)
-        stored.append(message)
+        stored.append((message, conversation.status.value))
     session.flush()
-    return stored
+    publish_messages_created(session, stored)
+    publish_conversation_changes(session, conversation_changes)
+    return [message for message, _ in stored]
 
 
 def process_webhook_bodies(session: Session, bodies: list[dict[str, Any]]) -> list[StatusChange]:
