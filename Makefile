@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN = $(VENV)/bin
 STAMP = $(VENV)/.installed-stamp
 
-.PHONY: sandbox test lint bench install
+.PHONY: sandbox test lint bench bench-events install
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,3 +28,6 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/send_path.py
+
+bench-events: $(STAMP)
+	$(BIN)/python bench/events_delivery.py

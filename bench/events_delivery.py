@@ -311,12 +311,16 @@ def database_figures(engine: Engine, expected: int, timeout: float = 30.0) -> di
     }
 
 
-def delivery_rates(arrivals: list[float], committed_at: float) -> dict[str, float]:
+def delivery_rates(arrivals: list[float], committed_at: float) -> dict[str, Any]:
     """Rates over the measured backlog's arrivals (wall clock of the receiver, same machine)."""
     ordered = sorted(arrivals)
     n = len(ordered)
     span = ordered[-1] - ordered[0]
     low, high = ordered[n // 10], ordered[(9 * n) // 10 - 1]
+    # Arrivals in each second from the first: shows whether the rate changes as the backlog drains.
+    timeline = [0] * (int(span) + 1)
+    for at in ordered:
+        timeline[int(at - ordered[0])] += 1
     return {
         "first_to_last_s": round(span, 3),
         "per_second": round((n - 1) / span, 1) if span > 0 else math.nan,
@@ -326,6 +330,7 @@ def delivery_rates(arrivals: list[float], committed_at: float) -> dict[str, floa
         "commit_to_first_s": round(ordered[0] - committed_at, 3),
         "commit_to_last_s": round(ordered[-1] - committed_at, 3),
         "per_second_from_commit": round(n / (ordered[-1] - committed_at), 1),
+        "arrivals_each_second": timeline,
     }
 
 
@@ -483,9 +488,21 @@ def report(results: dict[str, Any]) -> str:
             f"{name}: seeding took {figures['seed_s']} s, mean body {figures['body_bytes_mean']} bytes, "
             f"deliveries by state {figures['database']['states']}, "
             f"{figures['database']['failed_attempts']} failed attempts, "
-            f"{figures['database']['outbox_left']} outbox rows left"
+            f"{figures['database']['outbox_left']} outbox rows left; arrivals in each second from the "
+            f"first: {' '.join(str(c) for c in figures.get('rates', {}).get('arrivals_each_second', []))}"
         )
     return "\n".join(lines)
+
+
+def _no_nan(value: Any) -> Any:
+    """NaN is not JSON: missing figures are written as null."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _no_nan(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_no_nan(v) for v in value]
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -511,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
         return 143 if terminated() else 130
     print(report(results))
     if settings.json is not None:
-        settings.json.write_text(json.dumps(results, indent=2, default=str) + "\n")
+        settings.json.write_text(json.dumps(_no_nan(results), indent=2, default=str) + "\n")
         log(f"wrote {settings.json}")
     failed = [name for name, figures in results["backends"].items() if not figures["ok"]]
     if failed:

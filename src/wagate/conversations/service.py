@@ -112,19 +112,23 @@ def get_or_create_conversation(
     """
     contact_id = upsert_contact(session, account_id=account_id, phone_number=phone_number, name=contact_name)
     now = utcnow()
-    inserted = session.connection().execute(
-        _insert(session, Conversation)
-        .values(
-            account_id=account_id,
-            channel_id=channel_id,
-            contact_id=contact_id,
-            status=initial_status.value,
-            last_activity_at=now,
-            created_at=now,
+    inserted = (
+        session.connection()
+        .execute(
+            _insert(session, Conversation)
+            .values(
+                account_id=account_id,
+                channel_id=channel_id,
+                contact_id=contact_id,
+                status=initial_status.value,
+                last_activity_at=now,
+                created_at=now,
+            )
+            .on_conflict_do_nothing()
+            .returning(table_of(Conversation).c.id)  # a row only when inserted (rowcount is not portable)
         )
-        .on_conflict_do_nothing()
-        .returning(table_of(Conversation).c.id)  # a row only when inserted (rowcount is not portable)
-    ).scalar_one_or_none()
+        .scalar_one_or_none()
+    )
     conversation = session.scalar(
         select(Conversation).where(
             Conversation.channel_id == channel_id, Conversation.contact_id == contact_id

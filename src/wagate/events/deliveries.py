@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, delete, exists, insert, or_, select
+from sqlalchemy import bindparam, delete, exists, insert, or_, select, update
 from sqlalchemy.orm import Session, aliased
 
 from wagate.db import isoformat, table_of, utcnow
@@ -47,7 +47,9 @@ class ClaimedDelivery:
     secret_encrypted: str | None
     body: dict[str, Any]
     attempt: int  # this attempt's number, from 1
-    created_at: datetime
+    # When this round of attempts began (the delivery's creation, or its manual re-delivery): retries
+    # go on for EVENT_RETRY_WINDOW from here.
+    queued_at: datetime
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,10 @@ def claim_deliveries(
                 ~exists().where(earlier.ordering_key == OutboxJob.ordering_key, earlier.id < OutboxJob.id),
             ),
         )
-        .order_by(OutboxJob.id)
+        # The (kind, run_at) index yields due rows in this order, so the scan stops at `limit`
+        # however long the backlog is; order between messages does not matter, within one the
+        # ordering key sees to it.
+        .order_by(OutboxJob.run_at)
         .limit(limit)
     )
     jobs = claim_rows(
@@ -94,11 +99,12 @@ def claim_deliveries(
             "locked_by": worker_id,
             "locked_until": now + timedelta(seconds=lease_seconds),
         },
-        returning=(OutboxJob.id, OutboxJob.payload),
+        returning=(OutboxJob.id, OutboxJob.payload, OutboxJob.created_at),
     )
     if not jobs:
         return []
-    job_of = {payload["delivery_id"]: job_id for job_id, payload in jobs}
+    job_of = {payload["delivery_id"]: job_id for job_id, payload, _ in jobs}
+    queued_at = {job_id: created_at for job_id, _, created_at in jobs}
     rows = session.execute(
         select(Delivery, Webhook.url, Webhook.secret_encrypted, Webhook.enabled)
         .outerjoin(Webhook, Webhook.id == Delivery.webhook_id)
@@ -110,9 +116,10 @@ def claim_deliveries(
             url, secret = delivery.url, delivery.secret_encrypted
         else:
             url, secret = (webhook_url, webhook_secret) if enabled else (None, None)
+        job_id = job_of.pop(delivery.id)
         claimed.append(
             ClaimedDelivery(
-                job_of.pop(delivery.id),
+                job_id,
                 delivery.id,
                 delivery.account_id,
                 delivery.webhook_id,
@@ -120,7 +127,7 @@ def claim_deliveries(
                 secret,
                 delivery.body,
                 delivery.attempts + 1,
-                delivery.created_at,
+                queued_at[job_id],
             )
         )
     if job_of:  # rows whose delivery is gone with its webhook or account
@@ -150,38 +157,33 @@ def record_attempts(
             for a in attempts
         ],
     )
-    states: list[dict[str, Any]] = []
-    finished_jobs: list[int] = []
+    by_state: dict[DeliveryState, list[ClaimedDelivery]] = {state: [] for state in DeliveryState}
     again: list[dict[str, Any]] = []
     for a in attempts:
         d = a.delivery
         if a.result.succeeded:
-            state = DeliveryState.delivered
-        elif a.result.status_code == GONE or (now - d.created_at).total_seconds() >= EVENT_RETRY_WINDOW:
-            state = DeliveryState.failed
+            by_state[DeliveryState.delivered].append(d)
+        elif a.result.status_code == GONE or (now - d.queued_at).total_seconds() >= EVENT_RETRY_WINDOW:
+            by_state[DeliveryState.failed].append(d)
         else:
-            state = DeliveryState.pending
-            again.append(
-                {
-                    "job": d.job_id,
-                    "run_at": now + timedelta(seconds=retry.delay(d.attempt)),
-                    "error": a.result.error,
-                }
+            by_state[DeliveryState.pending].append(d)
+            delay = timedelta(seconds=retry.delay(d.attempt))
+            again.append({"job": d.job_id, "run_at": now + delay, "error": a.result.error})
+    # One statement per outcome, not one per delivery: each claimed delivery had exactly one attempt.
+    for state, group in by_state.items():
+        if group:
+            session.execute(
+                update(Delivery)
+                .where(Delivery.id.in_([d.id for d in group]))
+                .values(
+                    state=state,
+                    attempts=Delivery.attempts + 1,
+                    finished_at=None if state is DeliveryState.pending else now,
+                )
             )
-        if state is not DeliveryState.pending:
-            finished_jobs.append(d.job_id)
-        states.append(
-            {
-                "delivery": d.id,
-                "state": state,
-                "attempts": d.attempt,
-                "finished_at": None if state is DeliveryState.pending else now,
-            }
-        )
-    connection = session.connection()
-    connection.execute(_SET_STATE, states)
     if again:
-        connection.execute(_RESCHEDULE, again)
+        session.connection().execute(_RESCHEDULE, again)
+    finished_jobs = [d.job_id for d in by_state[DeliveryState.delivered] + by_state[DeliveryState.failed]]
     if finished_jobs:
         session.execute(delete(OutboxJob).where(OutboxJob.id.in_(finished_jobs)))
     _track_webhook_health(session, [a for a in attempts if a.delivery.webhook_id is not None], disable, now)
