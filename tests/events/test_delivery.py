@@ -278,11 +278,15 @@ def test_status_callback_reports_every_change_signed_with_a_plain_secret(
         ("message_status", "status_changed", "sent", "delivered"),
         ("message_status", "status_changed", "delivered", "read"),
     ]
-    listed = gateway.http.get(
-        gateway.v1(f"/whatsapp/messages/{message['id']}/deliveries"), headers=gateway.headers(AGENT_TOKEN)
-    )
-    assert listed.status_code == 200, listed.text
-    assert [(d["state"], d["payload"]["message"]["status"]) for d in listed.json()["data"]] == [
+    url = gateway.v1(f"/whatsapp/messages/{message['id']}/deliveries")
+
+    def recorded() -> list[tuple[str, str]] | None:
+        listed = gateway.http.get(url, headers=gateway.headers(AGENT_TOKEN))
+        assert listed.status_code == 200, listed.text
+        found = [(d["state"], d["payload"]["message"]["status"]) for d in listed.json()["data"]]
+        return found if all(state != "pending" for state, _ in found) else None  # attempts recorded
+
+    assert wait_for(recorded, what="both attempts recorded") == [
         ("delivered", "read"),
         ("delivered", "delivered"),
     ]

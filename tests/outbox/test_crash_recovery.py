@@ -308,6 +308,7 @@ def wired_simulator(simulator: Simulator) -> Iterator[Callable[[str], None]]:
         webhook_url=before["webhook_url"],
         status_delays=before["status_delays"],
         slow_response_seconds=before["slow_response_seconds"],
+        webhook_retry_cap=before["webhook_retry_cap"],
         fail_next={"count": 0, "code": 0},
     )
 
@@ -480,6 +481,9 @@ def test_killed_with_calls_in_flight_and_a_backlog(
         fail_next={"count": hung, "code": 408, "phone_number_id": MAIN["phone_number_id"]},
         slow_response_seconds=10.0,
         status_delays={"sent": 2.0, "delivered": 2.5},
+        # The premise of the grace period: Meta retries a webhook more often than the grace lasts. With
+        # retries up to 5 s apart and a 2 s grace, a retry could come after the resend.
+        webhook_retry_cap=GRACE_SECONDS / 2,
     )
     gateway.start()
     log = SendLog()
