@@ -100,8 +100,10 @@ def apply_status_payloads(
     return changes
 
 
-def store_inbound(session: Session, *, channel: Channel, inbound: list[InboundMessage]) -> list[Message]:
-    """A customer's messages: into the conversation, opening the 24-hour window and the conversation."""
+def store_inbound(session: Session, *, channel: Channel, inbound: list[InboundMessage]) -> int:
+    """A customer's messages: into the conversation, opening the 24-hour window and the conversation.
+
+    Returns how many events it wrote about them."""
     known = set(
         session.scalars(
             select(Message.upstream_message_id).where(
@@ -162,16 +164,17 @@ def store_inbound(session: Session, *, channel: Channel, inbound: list[InboundMe
         session.add(message)
         stored.append((message, conversation.status.value))
     session.flush()
-    publish_messages_created(session, stored)
-    publish_conversation_changes(session, conversation_changes)
-    return [message for message, _ in stored]
+    return publish_messages_created(session, stored) + publish_conversation_changes(
+        session, conversation_changes
+    )
 
 
-def process_webhook_bodies(session: Session, bodies: list[dict[str, Any]]) -> list[StatusChange]:
-    """Everything in a batch of stored Meta webhook bodies, in one transaction with its events."""
+def process_webhook_bodies(session: Session, bodies: list[dict[str, Any]]) -> int:
+    """Everything in a batch of stored Meta webhook bodies, in one transaction with its events.
+
+    Returns how many events it wrote (the event lane has work only when some were)."""
     statuses = [status for body in bodies for status in raw_statuses(body)]
-    changes = apply_status_payloads(session, statuses)
-    publish_status_changes(session, changes)
+    events = publish_status_changes(session, apply_status_payloads(session, statuses))
     inbound_by_number: dict[str, list[InboundMessage]] = {}
     for body in bodies:
         for value in parse_webhook(body):
@@ -182,5 +185,7 @@ def process_webhook_bodies(session: Session, bodies: list[dict[str, Any]]) -> li
             select(Channel).where(Channel.phone_number_id.in_(list(inbound_by_number)))
         )
         for channel in channels:
-            store_inbound(session, channel=channel, inbound=inbound_by_number[channel.phone_number_id])
-    return changes
+            events += store_inbound(
+                session, channel=channel, inbound=inbound_by_number[channel.phone_number_id]
+            )
+    return events

@@ -23,7 +23,6 @@ from sqlalchemy.orm import Session
 from wagate.channels.models import Channel
 from wagate.config import Settings
 from wagate.db import Database, utcnow
-from wagate.messages.status import StatusChange
 from wagate.outbox import jobs, sends
 from wagate.outbox.event_lane import EventLane
 from wagate.outbox.limiter import SlidingWindowLimiter
@@ -219,15 +218,15 @@ class ChannelLane:
             return
         grace = self.dispatcher.settings.unconfirmed_send_grace_seconds
 
-        def record(session: Session) -> list[StatusChange]:
+        def record(session: Session) -> int:
             return sends.record_outcomes(session, batch, grace_seconds=grace)
 
         try:
-            changes = await self.dispatcher.db.write(record, first=True)
+            events = await self.dispatcher.db.write(record, first=True)
         except BaseException:
             self.outcomes = batch + self.outcomes  # nothing recorded: keep them for the next try
             raise
-        if changes:
+        if events:
             self.dispatcher.wake_events()
 
 
@@ -324,8 +323,8 @@ class Dispatcher:
                 await asyncio.sleep(POLL_SECONDS)
 
     async def _tick(self) -> bool:
-        applied, changes = await jobs.run_webhook_batch(self.db, worker_id=self.worker_id)
-        if changes:
+        applied, events = await jobs.run_webhook_batch(self.db, worker_id=self.worker_id)
+        if events:
             self.wake_events()
         busy = applied > 0
         maintenance_due = time.monotonic() - self._last_maintenance >= POLL_SECONDS

@@ -87,7 +87,7 @@ def fail_jobs(session: Session, jobs: list[ClaimedJob], error: str) -> None:
 
 async def run_webhook_batch(db: Database, *, worker_id: str) -> tuple[int, int]:
     """Claim and apply stored Meta webhooks; returns how many bodies were claimed and how many
-    status changes they made."""
+    events they caused."""
 
     def claim(session: Session) -> list[ClaimedJob]:
         return claim_jobs(session, kind=JobKind.meta_webhook, limit=WEBHOOK_BATCH, worker_id=worker_id)
@@ -97,13 +97,13 @@ async def run_webhook_batch(db: Database, *, worker_id: str) -> tuple[int, int]:
         return 0, 0
 
     def apply(session: Session) -> int:
-        changes = process_webhook_bodies(session, [job.payload for job in jobs])
+        events = process_webhook_bodies(session, [job.payload for job in jobs])
         finish_jobs(session, [job.id for job in jobs])
-        return len(changes)
+        return events
 
-    changed = 0
+    events = 0
     try:
-        changed = await db.write(apply)
+        events = await db.write(apply)
     except Exception as exc:
         log.exception("applying %d Meta webhooks failed; they will be retried", len(jobs))
         error = repr(exc)
@@ -112,7 +112,7 @@ async def run_webhook_batch(db: Database, *, worker_id: str) -> tuple[int, int]:
             fail_jobs(session, jobs, error)
 
         await db.write(retry)
-    return len(jobs), changed
+    return len(jobs), events
 
 
 async def sync_channel_templates(

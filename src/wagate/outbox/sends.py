@@ -109,8 +109,8 @@ def claim_sends(
     return sorted(claimed, key=lambda c: (c.priority, c.job_id))
 
 
-def record_outcomes(session: Session, outcomes: list[Outcome], *, grace_seconds: float) -> list[StatusChange]:
-    """Store a round of send results and their events in one transaction; returns the status changes."""
+def record_outcomes(session: Session, outcomes: list[Outcome], *, grace_seconds: float) -> int:
+    """Store a round of send results and their events in one transaction; returns how many events."""
     now = utcnow()
     changes: list[StatusChange] = []
     sent = [o for o in outcomes if isinstance(o, Sent)]
@@ -152,8 +152,7 @@ def record_outcomes(session: Session, outcomes: list[Outcome], *, grace_seconds:
                     locked_until=now + timedelta(seconds=grace_seconds),
                 )
             )
-    publish_status_changes(session, changes)
-    return changes
+    return publish_status_changes(session, changes)
 
 
 def apply_parked_statuses(session: Session, wamids: list[str]) -> list[StatusChange]:
@@ -167,7 +166,7 @@ def apply_parked_statuses(session: Session, wamids: list[str]) -> list[StatusCha
     return apply_status_payloads(session, [p.payload for p in parked], park_unknown=False)
 
 
-def release_unconfirmed(session: Session) -> list[StatusChange]:
+def release_unconfirmed(session: Session) -> int:
     """Settle sends whose outcome stayed unknown past their grace period, with no status webhook.
 
     `in_flight` past its lease: the process died between recording the attempt and recording the
@@ -175,7 +174,7 @@ def release_unconfirmed(session: Session) -> list[StatusChange]:
     have settled it by now, so it is sent again, a bounded number of times.
     `unconfirmed`: Meta answered in a way that leaves it open (timeout, 5xx). It is not sent blindly
     a second time; the message fails with `upstream_unconfirmed`, so a caller polling it (or its
-    `after_seconds` callback) can fall back, e.g. to SMS.
+    `after_seconds` callback) can fall back, e.g. to SMS. Returns how many events it wrote.
     """
     now = utcnow()
     rows = (
@@ -206,8 +205,7 @@ def release_unconfirmed(session: Session) -> list[StatusChange]:
                 changes.append(change)
         session.delete(job)
     session.flush()
-    publish_status_changes(session, changes)
-    return changes
+    return publish_status_changes(session, changes)
 
 
 def settle_sends(session: Session, message_ids: list[str]) -> None:
