@@ -48,8 +48,9 @@ class StatementCounter:
         from sqlalchemy import event
 
         for engine in {id(e): e for e in engines}.values():
-            event.listen(engine.sync_engine, "before_cursor_execute", self._statement)
-            event.listen(engine.sync_engine, "commit", self._commit)
+            sync_engine = getattr(engine, "sync_engine", engine)  # the writer's engine is sync already
+            event.listen(sync_engine, "before_cursor_execute", self._statement)
+            event.listen(sync_engine, "commit", self._commit)
 
     def _statement(self, *_: Any, **__: Any) -> None:
         with self._lock:

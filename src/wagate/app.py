@@ -98,15 +98,17 @@ def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True)
         db = Database(settings.database_url)
         client = CloudApiClient(settings.graph_api_url, timeout=settings.upstream_timeout_seconds)
         secret_box = secret_box_for(settings)
-        dispatcher = Dispatcher(db=db, settings=settings, client=client, secret_box=secret_box)
+        lookups = Lookups(db)
+        dispatcher = Dispatcher(
+            db=db, settings=settings, client=client, secret_box=secret_box, lookups=lookups
+        )
         app.state.db = db
         app.state.settings = settings
         app.state.secret_box = secret_box
         app.state.client = client
         app.state.dispatcher = dispatcher
         app.state.idempotency_in_flight = InFlightKeys()
-        app.state.lookups = lookups = Lookups(db)
-        dispatcher.on_templates_synced = lookups.forget_templates
+        app.state.lookups = lookups
         if run_dispatcher:
             dispatcher.start()
         # What exists after start-up lives as long as the process: keep it out of the collector's

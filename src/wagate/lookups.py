@@ -14,7 +14,7 @@ from wagate.channels.models import Channel
 from wagate.channels.service import channel_for_member
 from wagate.db import Database
 from wagate.errors import Unauthorized
-from wagate.events.models import Webhook
+from wagate.events.subscriptions import Subscriptions, load_subscriptions
 from wagate.security import hash_api_token
 from wagate.templates.models import Template
 
@@ -25,7 +25,7 @@ class Lookups:
         self.principals: TTLCache[str, Principal] = TTLCache()
         self.channels: TTLCache[tuple[int, int, int], Channel] = TTLCache()
         self.templates: TTLCache[tuple[int, str, str], Template | None] = TTLCache()
-        self.subscriptions: TTLCache[int, dict[str, list[int]]] = TTLCache()
+        self._subscriptions: TTLCache[None, Subscriptions] = TTLCache()
         # Hosts of status_callback URLs found to be public (the SSRF guard), for a minute.
         self.public_hosts: TTLCache[str, bool] = TTLCache(ttl=60.0)
 
@@ -64,23 +64,18 @@ class Lookups:
 
         return await self.templates.get_or_load((channel_id, name, language), load)
 
-    async def subscribers(self, account_id: int) -> dict[str, list[int]]:
-        """The account's enabled webhooks by event kind, so a send knows without a query whom to tell."""
+    async def subscriptions(self) -> Subscriptions:
+        """Every enabled webhook by account and event kind (one small query every few seconds)."""
 
-        async def load() -> dict[str, list[int]]:
+        async def load() -> Subscriptions:
             async with self.db.read() as session:
-                rows = await session.execute(
-                    select(Webhook.id, Webhook.events).where(
-                        Webhook.account_id == account_id, Webhook.enabled.is_(True)
-                    )
-                )
-            found: dict[str, list[int]] = {}
-            for webhook_id, events in rows:
-                for kind in events:
-                    found.setdefault(kind, []).append(webhook_id)
-            return found
+                return await load_subscriptions(session)
 
-        return await self.subscriptions.get_or_load(account_id, load)
+        return await self._subscriptions.get_or_load(None, load)
+
+    def forget_subscriptions(self) -> None:
+        """After a webhook changed in this process: its sends and dispatcher see it at once."""
+        self._subscriptions.clear()
 
     def forget_templates(self) -> None:
         """After a sync in this process: its result applies at once."""

@@ -47,7 +47,7 @@ async def create_webhook(
         return webhook_view(webhook, secret=secret)
 
     view = await state.db.write(unit)
-    state.lookups.subscriptions.clear()  # this process's sends see the new subscriber at once
+    state.lookups.forget_subscriptions()  # this process sees the new subscriber at once
     return FastJSONResponse(view, status_code=201)
 
 
@@ -59,7 +59,7 @@ async def delete_webhook(
         service.delete_webhook(session, account_id=principal.account_id, webhook_id=webhook_id)
 
     await request.app.state.db.write(unit)
-    request.app.state.lookups.subscriptions.clear()
+    request.app.state.lookups.forget_subscriptions()
     return Response(status_code=204)
 
 
@@ -89,7 +89,7 @@ async def update_webhook(
         return webhook_view(webhook)
 
     view = await state.db.write(unit)
-    state.lookups.subscriptions.clear()
+    state.lookups.forget_subscriptions()
     return FastJSONResponse(view)
 
 

@@ -17,7 +17,8 @@ from sqlalchemy.orm import Session
 
 from wagate.conversations.models import Conversation
 from wagate.db import dialect_name, table_of, utcnow
-from wagate.events.models import Delivery, DeliveryKind, DeliveryState, EventKind, Webhook
+from wagate.events.models import Delivery, DeliveryKind, DeliveryState, EventKind
+from wagate.events.subscriptions import Subscriptions, read_subscriptions
 from wagate.ids import new_id
 from wagate.messages.models import Message
 from wagate.messages.schemas import message_view
@@ -136,25 +137,25 @@ def cancel_pending(session: Session, webhook_ids: list[int]) -> None:
     )
 
 
-def subscribers(session: Session, account_ids: Iterable[int], kind: EventKind) -> dict[int, list[int]]:
-    """The enabled webhooks of each account that take `kind`, one query for all of them."""
-    rows = session.execute(
-        select(Webhook.id, Webhook.account_id, Webhook.events).where(
-            Webhook.account_id.in_(set(account_ids)), Webhook.enabled.is_(True)
-        )
-    )
-    found: dict[int, list[int]] = {}
-    for webhook_id, account_id, events in rows:
-        if kind.value in events:
-            found.setdefault(account_id, []).append(webhook_id)
-    return found
+def _subscribers(
+    session: Session, subscriptions: Subscriptions | None, account_ids: Iterable[int], kind: EventKind
+) -> dict[int, list[int]]:
+    if subscriptions is None:
+        subscriptions = read_subscriptions(session, account_ids)
+    return subscriptions.for_kind(kind)
 
 
-def publish_status_changes(session: Session, changes: list[StatusChange]) -> int:
-    """`message_updated` for the account's webhooks and `status_changed` for the message's callback."""
+def publish_status_changes(
+    session: Session, changes: list[StatusChange], subscriptions: Subscriptions | None = None
+) -> int:
+    """`message_updated` for the account's webhooks and `status_changed` for the message's callback.
+
+    `subscriptions`: the cached snapshot; without it the webhooks are read from the database."""
     if not changes:
         return 0
-    webhooks = subscribers(session, {c.account_id for c in changes}, EventKind.message_updated)
+    webhooks = _subscribers(
+        session, subscriptions, {c.account_id for c in changes}, EventKind.message_updated
+    )
     wanted = [c for c in changes if c.account_id in webhooks or _on_change(c.status_callback)]
     if not wanted:
         return 0
@@ -289,19 +290,14 @@ class ConversationChange:
 
 
 def publish_messages_created(
-    session: Session,
-    created: list[tuple[Message, str]],
-    *,
-    webhooks: dict[int, list[int]] | None = None,
+    session: Session, created: list[tuple[Message, str]], subscriptions: Subscriptions | None = None
 ) -> int:
-    """`message_created` for each (message, its conversation's status): API sends and customer messages.
-
-    `webhooks` (account -> webhook ids) when the caller knows them already; otherwise one query.
-    """
+    """`message_created` for each (message, its conversation's status): API sends and customer messages."""
     if not created:
         return 0
-    if webhooks is None:
-        webhooks = subscribers(session, {m.account_id for m, _ in created}, EventKind.message_created)
+    webhooks = _subscribers(
+        session, subscriptions, {m.account_id for m, _ in created}, EventKind.message_created
+    )
     deliveries = [
         NewDelivery(
             account_id=message.account_id,
@@ -324,16 +320,15 @@ def publish_messages_created(
 
 
 def publish_conversation_changes(
-    session: Session, changes: list[ConversationChange], *, webhooks: dict[int, list[int]] | None = None
+    session: Session, changes: list[ConversationChange], subscriptions: Subscriptions | None = None
 ) -> int:
     """`conversation_status_changed` for conversations created or moved to another status."""
     changes = [c for c in changes if c.previous != c.current]
     if not changes:
         return 0
-    if webhooks is None:
-        webhooks = subscribers(
-            session, {c.account_id for c in changes}, EventKind.conversation_status_changed
-        )
+    webhooks = _subscribers(
+        session, subscriptions, {c.account_id for c in changes}, EventKind.conversation_status_changed
+    )
     deliveries = [
         NewDelivery(
             account_id=change.account_id,

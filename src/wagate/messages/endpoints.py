@@ -126,7 +126,7 @@ async def _accept(
         )
     else:
         dispatcher.wake(prepared.channel_id)
-    if prepared.created_webhooks or prepared.conversation_webhooks:
+    if prepared.announced:
         dispatcher.wake_events()
     return JSONResponse(response, status_code=201)
 

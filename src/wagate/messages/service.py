@@ -31,6 +31,7 @@ from wagate.events.publish import (
     publish_messages_created,
     schedule_status_report,
 )
+from wagate.events.subscriptions import NO_SUBSCRIPTIONS, Subscriptions
 from wagate.events.urls import check_url
 from wagate.ids import new_id
 from wagate.lookups import Lookups
@@ -71,9 +72,15 @@ class PreparedSend:
     currency: str
     priority: Priority = Priority.single
     batch_id: str | None = None
-    # The account's webhooks that take `message_created` / `conversation_status_changed` (usually none).
-    created_webhooks: tuple[int, ...] = ()
-    conversation_webhooks: tuple[int, ...] = ()
+    # Who takes which events (the cached snapshot): `message_created` and `conversation_status_changed`
+    # cost the send nothing when nobody does.
+    subscriptions: Subscriptions = NO_SUBSCRIPTIONS
+
+    @property
+    def announced(self) -> bool:
+        """Whether storing it writes events (message_created, conversation_status_changed)."""
+        kinds = self.subscriptions.by_account.get(self.account_id, {})
+        return EventKind.message_created in kinds or EventKind.conversation_status_changed in kinds
 
 
 async def _bind_template(lookups: Lookups, *, channel_id: int, ref: TemplateRef, field: str) -> BoundTemplate:
@@ -157,10 +164,8 @@ async def prepare_send(
             field="status_callback.url",
             public_hosts=lookups.public_hosts,
         )
-    subscribers = await lookups.subscribers(principal.account_id)
     return PreparedSend(
-        created_webhooks=tuple(subscribers.get(EventKind.message_created, ())),
-        conversation_webhooks=tuple(subscribers.get(EventKind.conversation_status_changed, ())),
+        subscriptions=await lookups.subscriptions(),
         message_id=message_id,
         account_id=principal.account_id,
         channel_id=channel.id,
@@ -201,8 +206,11 @@ def store_send(
     """
     now = utcnow()
     conversation_status = status_after_send(send.conversation_status)
+    conversation_webhooks = send.subscriptions.webhooks(
+        send.account_id, EventKind.conversation_status_changed
+    )
     previous_status: str | None = None
-    if send.conversation_webhooks:  # only then is the status before the send worth a query
+    if conversation_webhooks:  # only then is the status before the send worth a query
         before = session.scalar(
             conversation_query(
                 account_id=send.account_id, channel_id=send.channel_id, phone_number=send.phone_number
@@ -265,13 +273,11 @@ def store_send(
     after_seconds = send.status_callback.get("after_seconds") if send.status_callback else None
     if after_seconds:
         schedule_status_report(connection, message_id=send.message_id, after_seconds=after_seconds, now=now)
-    if send.created_webhooks:
+    if send.subscriptions.webhooks(send.account_id, EventKind.message_created):
         publish_messages_created(
-            session,
-            [(Message(**message_row), conversation_status.value)],
-            webhooks={send.account_id: list(send.created_webhooks)},
+            session, [(Message(**message_row), conversation_status.value)], send.subscriptions
         )
-    if send.conversation_webhooks:
+    if conversation_webhooks:
         change = ConversationChange(
             send.account_id,
             conversation_id,
@@ -280,9 +286,7 @@ def store_send(
             previous_status,
             conversation_status.value,
         )
-        publish_conversation_changes(
-            session, [change], webhooks={send.account_id: list(send.conversation_webhooks)}
-        )
+        publish_conversation_changes(session, [change], send.subscriptions)
     if notify_others:
         notify_outbox(session, send.channel_id)
     return job_id

@@ -19,6 +19,7 @@ from wagate.events.publish import (
     publish_messages_created,
     publish_status_changes,
 )
+from wagate.events.subscriptions import Subscriptions
 from wagate.ids import new_id
 from wagate.messages.models import Direction, Message, MessageStatus, ParkedStatus
 from wagate.messages.status import StatusChange, apply_status
@@ -100,7 +101,13 @@ def apply_status_payloads(
     return changes
 
 
-def store_inbound(session: Session, *, channel: Channel, inbound: list[InboundMessage]) -> int:
+def store_inbound(
+    session: Session,
+    *,
+    channel: Channel,
+    inbound: list[InboundMessage],
+    subscriptions: Subscriptions | None = None,
+) -> int:
     """A customer's messages: into the conversation, opening the 24-hour window and the conversation.
 
     Returns how many events it wrote about them."""
@@ -169,12 +176,14 @@ def store_inbound(session: Session, *, channel: Channel, inbound: list[InboundMe
     )
 
 
-def process_webhook_bodies(session: Session, bodies: list[dict[str, Any]]) -> int:
+def process_webhook_bodies(
+    session: Session, bodies: list[dict[str, Any]], subscriptions: Subscriptions | None = None
+) -> int:
     """Everything in a batch of stored Meta webhook bodies, in one transaction with its events.
 
     Returns how many events it wrote (the event lane has work only when some were)."""
     statuses = [status for body in bodies for status in raw_statuses(body)]
-    events = publish_status_changes(session, apply_status_payloads(session, statuses))
+    events = publish_status_changes(session, apply_status_payloads(session, statuses), subscriptions)
     inbound_by_number: dict[str, list[InboundMessage]] = {}
     for body in bodies:
         for value in parse_webhook(body):

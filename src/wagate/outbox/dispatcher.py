@@ -13,7 +13,6 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -23,6 +22,7 @@ from sqlalchemy.orm import Session
 from wagate.channels.models import Channel
 from wagate.config import Settings
 from wagate.db import Database, utcnow
+from wagate.lookups import Lookups
 from wagate.outbox import jobs, sends
 from wagate.outbox.event_lane import EventLane
 from wagate.outbox.limiter import SlidingWindowLimiter
@@ -218,8 +218,10 @@ class ChannelLane:
             return
         grace = self.dispatcher.settings.unconfirmed_send_grace_seconds
 
+        subscriptions = await self.dispatcher.lookups.subscriptions()
+
         def record(session: Session) -> int:
-            return sends.record_outcomes(session, batch, grace_seconds=grace)
+            return sends.record_outcomes(session, batch, grace_seconds=grace, subscriptions=subscriptions)
 
         try:
             events = await self.dispatcher.db.write(record, first=True)
@@ -232,9 +234,18 @@ class ChannelLane:
 
 class Dispatcher:
     def __init__(
-        self, *, db: Database, settings: Settings, client: CloudApiClient, secret_box: SecretBox
+        self,
+        *,
+        db: Database,
+        settings: Settings,
+        client: CloudApiClient,
+        secret_box: SecretBox,
+        lookups: Lookups | None = None,
     ) -> None:
         self.db = db
+        # Shared with the API in `serve`, so a template sync or a webhook change here or there applies
+        # to both at once.
+        self.lookups = lookups or Lookups(db)
         self.settings = settings
         self.client = client
         self.secret_box = secret_box
@@ -248,8 +259,6 @@ class Dispatcher:
         self._task: asyncio.Task[None] | None = None
         self._listener: asyncio.Task[None] | None = None
         self.events: EventLane | None = None
-        # Told when a template sync finished here, so the API's cached templates follow at once.
-        self.on_templates_synced: Callable[[], None] = lambda: None
 
     def wake(self, channel_id: int | None = None) -> None:
         lane = self.lanes.get(channel_id) if channel_id is not None else None
@@ -323,7 +332,10 @@ class Dispatcher:
                 await asyncio.sleep(POLL_SECONDS)
 
     async def _tick(self) -> bool:
-        applied, events = await jobs.run_webhook_batch(self.db, worker_id=self.worker_id)
+        subscriptions = await self.lookups.subscriptions()
+        applied, events = await jobs.run_webhook_batch(
+            self.db, worker_id=self.worker_id, subscriptions=subscriptions
+        )
         if events:
             self.wake_events()
         busy = applied > 0
@@ -336,7 +348,7 @@ class Dispatcher:
             # Sends orphaned by a crash are judged only once this process has listened for Meta's
             # webhooks for a whole grace period: before that, silence proves nothing.
             if time.monotonic() - self.started_at >= self.settings.unconfirmed_send_grace_seconds:
-                released = await self.db.write(sends.release_unconfirmed)
+                released = await self.db.write(lambda s: sends.release_unconfirmed(s, subscriptions))
                 if released:
                     self.wake_events()
             for kind in (JobKind.sync_templates, JobKind.purge_expired):
@@ -361,7 +373,7 @@ class Dispatcher:
                 delivery_retention=timedelta(days=self.settings.delivery_retention_days),
             )
             if job.kind is JobKind.sync_templates:
-                self.on_templates_synced()
+                self.lookups.forget_templates()
         except Exception as exc:
             log.warning("periodic job %s (%s) failed: %r; will retry", job.id, job.kind, exc)
             error = repr(exc)

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from wagate.channels.models import Channel
 from wagate.db import Database, utcnow
 from wagate.events.deliveries import purge_finished
+from wagate.events.subscriptions import Subscriptions
 from wagate.idempotency.service import purge_expired as purge_idempotency_keys
 from wagate.messages.webhooks import process_webhook_bodies
 from wagate.outbox.models import JobKind, JobState, OutboxJob, Priority, claim_rows
@@ -85,7 +86,9 @@ def fail_jobs(session: Session, jobs: list[ClaimedJob], error: str) -> None:
         )
 
 
-async def run_webhook_batch(db: Database, *, worker_id: str) -> tuple[int, int]:
+async def run_webhook_batch(
+    db: Database, *, worker_id: str, subscriptions: Subscriptions | None = None
+) -> tuple[int, int]:
     """Claim and apply stored Meta webhooks; returns how many bodies were claimed and how many
     events they caused."""
 
@@ -97,7 +100,7 @@ async def run_webhook_batch(db: Database, *, worker_id: str) -> tuple[int, int]:
         return 0, 0
 
     def apply(session: Session) -> int:
-        events = process_webhook_bodies(session, [job.payload for job in jobs])
+        events = process_webhook_bodies(session, [job.payload for job in jobs], subscriptions)
         finish_jobs(session, [job.id for job in jobs])
         return events
 

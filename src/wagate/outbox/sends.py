@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from wagate.db import table_of, utcnow
 from wagate.events.publish import publish_status_changes
+from wagate.events.subscriptions import Subscriptions
 from wagate.messages.models import Message, MessageStatus, ParkedStatus
 from wagate.messages.status import StatusChange, apply_status
 from wagate.outbox.models import JobKind, JobState, OutboxJob, claim_rows
@@ -109,7 +110,13 @@ def claim_sends(
     return sorted(claimed, key=lambda c: (c.priority, c.job_id))
 
 
-def record_outcomes(session: Session, outcomes: list[Outcome], *, grace_seconds: float) -> int:
+def record_outcomes(
+    session: Session,
+    outcomes: list[Outcome],
+    *,
+    grace_seconds: float,
+    subscriptions: Subscriptions | None = None,
+) -> int:
     """Store a round of send results and their events in one transaction; returns how many events."""
     now = utcnow()
     changes: list[StatusChange] = []
@@ -152,7 +159,7 @@ def record_outcomes(session: Session, outcomes: list[Outcome], *, grace_seconds:
                     locked_until=now + timedelta(seconds=grace_seconds),
                 )
             )
-    return publish_status_changes(session, changes)
+    return publish_status_changes(session, changes, subscriptions)
 
 
 def apply_parked_statuses(session: Session, wamids: list[str]) -> list[StatusChange]:
@@ -166,7 +173,7 @@ def apply_parked_statuses(session: Session, wamids: list[str]) -> list[StatusCha
     return apply_status_payloads(session, [p.payload for p in parked], park_unknown=False)
 
 
-def release_unconfirmed(session: Session) -> int:
+def release_unconfirmed(session: Session, subscriptions: Subscriptions | None = None) -> int:
     """Settle sends whose outcome stayed unknown past their grace period, with no status webhook.
 
     `in_flight` past its lease: the process died between recording the attempt and recording the
@@ -205,7 +212,7 @@ def release_unconfirmed(session: Session) -> int:
                 changes.append(change)
         session.delete(job)
     session.flush()
-    return publish_status_changes(session, changes)
+    return publish_status_changes(session, changes, subscriptions)
 
 
 def settle_sends(session: Session, message_ids: list[str]) -> None:
