@@ -6,6 +6,7 @@ which it answers 200 again.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import defaultdict, deque
@@ -41,6 +42,7 @@ class Receiver:
         self._lock = threading.Lock()
         self._received: dict[str, list[Received]] = defaultdict(list)
         self._answers: dict[str, deque[int]] = defaultdict(deque)
+        self._slow: dict[str, float] = {}
         app = Starlette(routes=[Route("/{path:path}", self._handle, methods=["POST"])])
         self.server: RunningServer = run_in_thread(app)
 
@@ -50,6 +52,9 @@ class Receiver:
         with self._lock:
             answers = self._answers[path]
             status = answers.popleft() if answers else 200
+            slow = self._slow.get(path, 0.0)
+        if slow:
+            await asyncio.sleep(slow)
         with self._lock:
             self._received[path].append(Received(path, dict(request.headers), body, status, time.time()))
         return Response(b"ok" if status < 300 else b"receiver says no", status_code=status)
@@ -60,6 +65,11 @@ class Receiver:
     def answer(self, path: str, *statuses: int) -> None:
         with self._lock:
             self._answers[path].extend(statuses)
+
+    def slow_down(self, path: str, seconds: float) -> None:
+        """Answer requests to `path` only after `seconds`."""
+        with self._lock:
+            self._slow[path] = seconds
 
     def answer_ok(self, path: str) -> None:
         """Forget the failures still queued for `path`: it answers 200 from now on."""

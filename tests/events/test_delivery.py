@@ -377,3 +377,18 @@ def test_subscribers_choose_message_created_and_conversation_status_changed(
         ("resolved", "open"),
     ]
     assert all(b["event"] != "message_updated" for b in bodies)  # not subscribed
+
+
+def test_an_endpoint_that_answers_too_late_is_a_failed_attempt(receiver: Receiver) -> None:
+    receiver.slow_down("slow", 1.0)
+
+    async def attempt() -> tuple[int | None, str | None]:
+        # The 10 s of API.md, shortened so that the test does not wait for it.
+        poster = EventPoster(allow_private=True, timeout=0.3)
+        try:
+            result = await poster.post(receiver.url("slow"), b"{}", {"content-type": "application/json"})
+        finally:
+            await poster.close()
+        return result.status_code, result.error
+
+    assert asyncio.run(attempt()) == (None, "no answer within 0.3 s")

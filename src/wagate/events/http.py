@@ -58,8 +58,11 @@ class PublicAddressesOnly(AbstractResolver):
 class EventPoster:
     """One keep-alive connection pool for all deliveries of a process (created in its event loop)."""
 
-    def __init__(self, *, allow_private: bool, pool_limit: int = 256) -> None:
+    def __init__(
+        self, *, allow_private: bool, pool_limit: int = 256, timeout: float = DELIVERY_TIMEOUT_SECONDS
+    ) -> None:
         self.allow_private = allow_private
+        self.timeout = timeout
         # As many connections as the dispatcher has deliveries open, so none waits for a connection
         # (that wait would count against its 10 s).
         self.pool_limit = pool_limit
@@ -73,7 +76,7 @@ class EventPoster:
             )
             self._session = aiohttp.ClientSession(
                 connector=connector,
-                timeout=aiohttp.ClientTimeout(total=DELIVERY_TIMEOUT_SECONDS),
+                timeout=aiohttp.ClientTimeout(total=self.timeout),
                 raise_for_status=False,
                 auto_decompress=False,
             )
@@ -100,7 +103,7 @@ class EventPoster:
                 excerpt = (await answer.content.read(RESPONSE_EXCERPT)).decode("utf-8", "replace")
                 status = answer.status
         except TimeoutError:
-            return result(None, f"no answer within {DELIVERY_TIMEOUT_SECONDS:g} s")
+            return result(None, f"no answer within {self.timeout:g} s")
         except aiohttp.InvalidURL:
             return result(None, "invalid URL")
         except (aiohttp.ClientError, OSError) as exc:
