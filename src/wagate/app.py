@@ -15,6 +15,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from wagate.bulk.endpoints import router as bulk_router
 from wagate.channels.endpoints import router as channels_router
 from wagate.config import Settings, get_settings
 from wagate.db import Database, sqlite_path
@@ -130,7 +131,7 @@ def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True)
         lifespan=lifespan,
     )
     install_error_handlers(app)
-    for router in (channels_router, templates_router, messages_router, events_router):
+    for router in (channels_router, templates_router, messages_router, bulk_router, events_router):
         app.include_router(router, prefix="/v1")
     app.router.routes.extend(whatsapp_webhook_routes)
 

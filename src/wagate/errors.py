@@ -63,6 +63,11 @@ class MessageNotFound(NotFound):
     message = "No message with this id exists in the account."
 
 
+class BatchNotFound(NotFound):
+    code = "batch_not_found"
+    message = "No batch with this id exists in the account (batches are kept 7 days)."
+
+
 class MethodNotAllowed(WagateError):
     status_code = 405
     code = "method_not_allowed"
@@ -114,6 +119,11 @@ class TemplateNotApproved(Unprocessable):
 class TemplateParametersMismatch(Unprocessable):
     code = "template_parameters_mismatch"
     message = "The parameters do not match the template's variables."
+
+
+class TooManyRecipients(Unprocessable):
+    code = "too_many_recipients"
+    message = "A batch takes at most 1000 recipients."
 
 
 class IdempotencyKeyReused(Unprocessable):

@@ -1,6 +1,7 @@
 """Imports every model so that `Base.metadata` is complete (Alembic and tests use this)."""
 
 from wagate.accounts.models import Account, ApiKey, Role, User
+from wagate.bulk.models import Batch, BatchRecipient, BatchStatus
 from wagate.channels.models import Channel, ChannelMember
 from wagate.conversations.models import Contact, Conversation, ConversationStatus
 from wagate.db import Base
@@ -14,6 +15,9 @@ __all__ = [
     "Account",
     "ApiKey",
     "Base",
+    "Batch",
+    "BatchRecipient",
+    "BatchStatus",
     "Channel",
     "ChannelMember",
     "Contact",

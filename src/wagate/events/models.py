@@ -16,6 +16,7 @@ class EventKind(enum.StrEnum):
     message_updated = "message_updated"
     message_created = "message_created"
     conversation_status_changed = "conversation_status_changed"
+    batch_completed = "batch_completed"
 
 
 class DeliveryKind(enum.StrEnum):
@@ -24,6 +25,7 @@ class DeliveryKind(enum.StrEnum):
     message_updated = "message_updated"
     message_created = "message_created"
     conversation_status_changed = "conversation_status_changed"
+    batch_completed = "batch_completed"
     message_status = "message_status"
 
 

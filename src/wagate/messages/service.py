@@ -36,7 +36,7 @@ from wagate.events.urls import check_url
 from wagate.ids import new_id
 from wagate.lookups import Lookups
 from wagate.messages.models import Direction, Message, MessageStatus, SentAs
-from wagate.messages.schemas import SendMessageRequest, TemplateRef, message_view
+from wagate.messages.schemas import SendMessageRequest, StatusCallback, TemplateRef, message_view
 from wagate.outbox.models import JobKind, JobState, OutboxJob, Priority
 from wagate.outbox.notify import notify_outbox
 from wagate.phones import normalize_phone_number, whatsapp_digits
@@ -83,7 +83,7 @@ class PreparedSend:
         return EventKind.message_created in kinds or EventKind.conversation_status_changed in kinds
 
 
-async def _bind_template(lookups: Lookups, *, channel_id: int, ref: TemplateRef, field: str) -> BoundTemplate:
+async def bind_template(lookups: Lookups, *, channel_id: int, ref: TemplateRef, field: str) -> BoundTemplate:
     found = await lookups.template(channel_id, ref.name, ref.language)
     template = require_approved(found, name=ref.name, language=ref.language)
     values = bind_parameters(template.variables, ref.parameters)
@@ -126,12 +126,12 @@ async def prepare_send(
     fallback = None
     if request.fallback_template is not None:
         # Checked even while the window is open: a broken fallback shows now, not on the day it is needed.
-        fallback = await _bind_template(
+        fallback = await bind_template(
             lookups, channel_id=channel.id, ref=request.fallback_template, field="fallback_template"
         )
     bound: BoundTemplate | None = None
     if request.template is not None:
-        bound = await _bind_template(lookups, channel_id=channel.id, ref=request.template, field="template")
+        bound = await bind_template(lookups, channel_id=channel.id, ref=request.template, field="template")
     else:
         async with lookups.db.read() as session:
             conversation = await find_conversation(
@@ -142,11 +142,57 @@ async def prepare_send(
                 raise WindowClosed(details=[{"field": "text", "issue": "the 24-hour window is closed"}])
             bound = fallback
 
+    callback = await checked_callback(
+        request.status_callback, lookups=lookups, settings=settings, box=secret_box
+    )
+    return build_send(
+        account_id=principal.account_id,
+        channel_id=channel.id,
+        phone_number=phone_number,
+        text=request.text,
+        bound=bound,
+        conversation_status=request.conversation_status,
+        status_callback=callback,
+        settings=settings,
+        subscriptions=await lookups.subscriptions(),
+    )
+
+
+async def checked_callback(
+    callback: StatusCallback | None, *, lookups: Lookups, settings: Settings, box: SecretBox
+) -> dict[str, Any] | None:
+    """The status_callback as stored: its URL checked by the SSRF guard, its secret encrypted."""
+    if callback is None:
+        return None
+    await check_url(
+        callback.url,
+        allow_private=settings.allow_private_urls,
+        field="status_callback.url",
+        public_hosts=lookups.public_hosts,
+    )
+    return _encrypt_callback(callback.model_dump(), box)
+
+
+def build_send(
+    *,
+    account_id: int,
+    channel_id: int,
+    phone_number: str,
+    text: str | None,
+    bound: BoundTemplate | None,
+    conversation_status: str | None,
+    status_callback: dict[str, Any] | None,
+    settings: Settings,
+    subscriptions: Subscriptions,
+    priority: Priority = Priority.single,
+    batch_id: str | None = None,
+) -> PreparedSend:
+    """A checked send with its Cloud API body and price (a single message, or one of a batch)."""
     message_id = new_id("msg")
     to = whatsapp_digits(phone_number)
     if bound is None:
-        assert request.text is not None
-        upstream_body = text_message(to, request.text, message_id)
+        assert text is not None
+        upstream_body = text_message(to, text, message_id)
     else:
         template = bound.template
         components = send_components(
@@ -156,30 +202,22 @@ async def prepare_send(
             parameter_format=template.parameter_format,
         )
         upstream_body = template_message(to, template.name, template.language, components, message_id)
-    callback = request.status_callback.model_dump() if request.status_callback else None
-    if callback is not None:
-        await check_url(
-            callback["url"],
-            allow_private=settings.allow_private_urls,
-            field="status_callback.url",
-            public_hosts=lookups.public_hosts,
-        )
     return PreparedSend(
-        subscriptions=await lookups.subscriptions(),
+        subscriptions=subscriptions,
         message_id=message_id,
-        account_id=principal.account_id,
-        channel_id=channel.id,
+        account_id=account_id,
+        channel_id=channel_id,
         phone_number=phone_number,
         sent_as=SentAs.session if bound is None else SentAs.template,
-        text=request.text,
+        text=text,
         template=bound,
         upstream_body=upstream_body,
-        conversation_status=ConversationStatus(request.conversation_status)
-        if request.conversation_status
-        else None,
-        status_callback=_encrypt_callback(callback, secret_box),
+        conversation_status=ConversationStatus(conversation_status) if conversation_status else None,
+        status_callback=status_callback,
         cost_micros=_price_micros(settings, bound.template.category if bound else None),
         currency=settings.currency,
+        priority=priority,
+        batch_id=batch_id,
     )
 
 

@@ -13,6 +13,7 @@ import logging
 import os
 import socket
 import time
+from collections import deque
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -38,6 +39,7 @@ log = logging.getLogger(__name__)
 
 POLL_SECONDS = 1.0
 MAX_CLAIM = 100  # sends claimed per round; the limiter usually allows fewer
+CLAIM_AHEAD_SLICES = 2
 CONFIG_REFRESH_SECONDS = 60.0
 
 
@@ -67,6 +69,8 @@ class ChannelLane:
         self.calls: set[asyncio.Task[None]] = set()
         self.outcomes: list[sends.Outcome] = []
         self.outcome_ready = asyncio.Event()
+        # Rows claimed ahead of their moment (see _round); given back if the lane stops.
+        self.claimed: deque[sends.ClaimedSend] = deque()
         self.stopping = False
         self.task = asyncio.create_task(self._run(), name=f"wagate-lane-{channel_id}")
         self.recorder = asyncio.create_task(self._record_outcomes(), name=f"wagate-record-{channel_id}")
@@ -103,6 +107,9 @@ class ChannelLane:
         await asyncio.wait({self.task}, timeout=2.0)
         self.task.cancel()
         await asyncio.gather(self.task, return_exceptions=True)
+        if self.claimed:
+            unsent, self.claimed = [c.job_id for c in self.claimed], deque()
+            await self.dispatcher.db.write(lambda session: sends.unclaim(session, unsent))
         if self.calls:
             await asyncio.wait(self.calls, timeout=self.dispatcher.settings.upstream_timeout_seconds + 1)
         self.recorder.cancel()
@@ -139,7 +146,12 @@ class ChannelLane:
                 await asyncio.sleep(POLL_SECONDS)
 
     async def _round(self) -> bool:
-        """Start the sends that are due and allowed now; False when there was nothing to send."""
+        """Start the sends that are due and allowed now; False when there was nothing to send.
+
+        The next slices' rows are claimed ahead, while the current ones wait for their moment: a
+        claim's round trip to the database would otherwise come on top of every slice, and the
+        channel would fall short of its rate by that much.
+        """
         pause = self.throttled_until - time.monotonic()
         if pause > 0:
             await asyncio.sleep(pause)
@@ -148,14 +160,25 @@ class ChannelLane:
             return False
         while len(self.calls) >= self.max_in_flight:
             await asyncio.wait(self.calls, return_when=asyncio.FIRST_COMPLETED)
+        if len(self.claimed) < self.limiter.slice_rate:
+            await self._claim_ahead()
+        if not self.claimed:
+            return False
         wait = self.limiter.wait_time()
         if wait > 0:
             await asyncio.sleep(wait)
-        limit = min(self.limiter.available(), MAX_CLAIM, self.max_in_flight - len(self.calls))
+        count = min(self.limiter.available(), len(self.claimed), self.max_in_flight - len(self.calls))
+        if count > 0 and not self.stopping:
+            self.limiter.record(count)
+            for _ in range(count):
+                self.send_now(self.claimed.popleft())
+        return True
+
+    async def _claim_ahead(self) -> None:
+        """Claim up to two slices' worth (at most MAX_CLAIM); single sends go before bulk ones."""
+        limit = min(MAX_CLAIM, CLAIM_AHEAD_SLICES * self.limiter.slice_rate) - len(self.claimed)
         if limit < 1:
-            return True
-        # The slots are held during the claim, so the API's fast path cannot take them meanwhile.
-        hold = self.limiter.reserve(limit)
+            return
         lease = self.dispatcher.in_flight_lease_seconds
 
         def claim(session: Session) -> list[sends.ClaimedSend]:
@@ -167,16 +190,9 @@ class ChannelLane:
                 lease_seconds=lease,
             )
 
-        claimed: list[sends.ClaimedSend] = []
-        try:
-            claimed = await self.dispatcher.db.write(claim, first=True)
-        finally:
-            self.limiter.settle(hold, limit, len(claimed))
-        if not claimed:
-            return False
-        for send in claimed:
-            self.send_now(send)
-        return True
+        fresh = await self.dispatcher.db.write(claim, first=True)
+        if fresh:
+            self.claimed = deque(sorted([*self.claimed, *fresh], key=lambda c: (c.priority, c.job_id)))
 
     async def _call(self, config: ChannelConfig, claimed: sends.ClaimedSend) -> None:
         self.outcomes.append(await self._send(config, claimed))

@@ -10,6 +10,7 @@ from typing import Any
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
+from wagate.bulk.service import purge_expired_batches
 from wagate.channels.models import Channel
 from wagate.db import Database, utcnow
 from wagate.events.deliveries import purge_finished
@@ -183,6 +184,8 @@ async def run_periodic_job(
 
         def purge(session: Session) -> None:
             purge_idempotency_keys(session)
+            while purge_expired_batches(session):
+                pass
 
         await db.write(purge)
         older_than = utcnow() - delivery_retention

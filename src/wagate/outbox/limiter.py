@@ -8,54 +8,68 @@ from collections import deque
 
 
 class SlidingWindowLimiter:
-    """Two sliding logs of send times: one for the second, one for a twentieth of it.
+    """A sliding log of send times for the promise, and a token bucket for the pace.
 
-    The second-long window is the promise to Meta. The short one spreads a second's sends evenly,
-    so a channel at 80/s sends 4 every 50 ms instead of 80 at once and then waiting. The window is
-    a little longer than a second, so that network jitter on the way cannot put one send too many
-    into a second as Meta (or the simulator) counts it.
+    The log is the promise to Meta: never more than `rate` sends in any window. The window is a little
+    longer than a second, so that network jitter on the way cannot put one send too many into a
+    second as Meta (or the simulator) counts it.
+
+    The bucket fills at `rate` per window and is drawn a twentieth of that at a time, so a channel at
+    80/s sends 4 every 50 ms instead of 80 at once and then waiting, with one claim per slice. It holds
+    up to `BURST_SLICES` slices: a round that comes late takes what accrued meanwhile, instead of
+    losing the slices it missed.
     """
 
     SLICES = 20
+    BURST_SLICES = 5
 
     def __init__(self, rate: int, *, window: float = 1.01) -> None:
-        self.rate = max(1, rate)
         self.window = window
-        self.slice_window = window / self.SLICES
-        self.slice_rate = max(1, math.ceil(self.rate / self.SLICES))
         self._sent: deque[float] = deque()
+        self.set_rate(rate)
+        self._tokens = float(self.slice_rate)
+        self._filled_at: float | None = None
 
-    def _trim(self, now: float) -> None:
+    def set_rate(self, rate: int) -> None:
+        self.rate = max(1, rate)
+        self.slice_rate = max(1, math.ceil(self.rate / self.SLICES))
+        self.burst = self.BURST_SLICES * self.slice_rate
+
+    def _update(self, now: float) -> None:
         while self._sent and self._sent[0] <= now - self.window:
             self._sent.popleft()
+        if self._filled_at is None or now > self._filled_at:
+            if self._filled_at is not None:
+                accrued = (now - self._filled_at) * self.rate / self.window
+                self._tokens = min(self.burst, self._tokens + accrued)
+            self._filled_at = now
 
     def available(self, now: float | None = None) -> int:
         now = time.monotonic() if now is None else now
-        self._trim(now)
-        in_slice = sum(1 for t in reversed(self._sent) if t > now - self.slice_window)
-        return max(0, min(self.rate - len(self._sent), self.slice_rate - in_slice))
+        self._update(now)
+        return max(0, min(self.rate - len(self._sent), math.floor(self._tokens)))
 
     def wait_time(self, now: float | None = None) -> float:
-        """Seconds until at least one send is allowed."""
+        """Seconds until a slice's worth of sends (or what the window still has room for) may go."""
         now = time.monotonic() if now is None else now
-        if self.available(now) > 0:
-            return 0.0
+        self._update(now)
         waits = []
         if len(self._sent) >= self.rate:
             waits.append(self._sent[-self.rate] + self.window - now)
-        recent = [t for t in self._sent if t > now - self.slice_window]
-        if len(recent) >= self.slice_rate:
-            waits.append(recent[-self.slice_rate] + self.slice_window - now)
-        return max(0.0, max(waits, default=0.0)) + 1e-4
+        if self._tokens < self.slice_rate:
+            waits.append((self.slice_rate - self._tokens) * self.window / self.rate)
+        return max(0.0, max(waits)) + 1e-4 if waits else 0.0
 
     def record(self, count: int, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now
+        self._update(now)
+        self._tokens -= count
         self._sent.extend([now] * count)
 
     def reserve(self, count: int) -> float:
-        """Hold `count` slots while the sends are being prepared; returns the hold's stamp."""
+        """Hold `count` slots while a send is being stored; returns the hold's stamp."""
         stamp = time.monotonic()
-        self._sent.extend([stamp] * count)
+        self.record(count, stamp)
         return stamp
 
     def settle(self, stamp: float, reserved: int, used: int) -> None:
@@ -65,8 +79,5 @@ class SlidingWindowLimiter:
                 self._sent.remove(stamp)
             except ValueError:  # already out of the window
                 break
+        self._tokens += reserved
         self.record(used)
-
-    def set_rate(self, rate: int) -> None:
-        self.rate = max(1, rate)
-        self.slice_rate = max(1, math.ceil(self.rate / self.SLICES))

@@ -16,12 +16,13 @@ from typing import Any
 from sqlalchemy import bindparam, delete, select, update
 from sqlalchemy.orm import Session
 
+from wagate.bulk.service import complete_batches
 from wagate.db import table_of, utcnow
 from wagate.events.publish import publish_status_changes
 from wagate.events.subscriptions import Subscriptions
 from wagate.messages.models import Message, MessageStatus, ParkedStatus
 from wagate.messages.status import StatusChange, apply_status
-from wagate.outbox.models import JobKind, JobState, OutboxJob, claim_rows
+from wagate.outbox.models import JobKind, JobState, OutboxJob, Priority, claim_rows
 from wagate.outbox.retry import SEND_NOT_DELIVERED, SEND_ORPHANED
 
 _messages = table_of(Message)
@@ -110,6 +111,15 @@ def claim_sends(
     return sorted(claimed, key=lambda c: (c.priority, c.job_id))
 
 
+def unclaim(session: Session, job_ids: list[int]) -> None:
+    """Rows claimed ahead that were never sent (the lane stopped): ready again for any worker."""
+    session.execute(
+        update(OutboxJob)
+        .where(OutboxJob.id.in_(job_ids), OutboxJob.state == JobState.in_flight)
+        .values(state=JobState.ready, attempts=OutboxJob.attempts - 1, locked_by=None, locked_until=None)
+    )
+
+
 def record_outcomes(
     session: Session,
     outcomes: list[Outcome],
@@ -159,7 +169,12 @@ def record_outcomes(
                     locked_until=now + timedelta(seconds=grace_seconds),
                 )
             )
-    return publish_status_changes(session, changes, subscriptions)
+    # A batch is complete once none of its sends waits to be handed to Meta.
+    handed = [
+        o.send.message_id for o in outcomes if not isinstance(o, Retry) and o.send.priority == Priority.bulk
+    ]
+    events = complete_batches(session, handed, subscriptions) if handed else 0
+    return events + publish_status_changes(session, changes, subscriptions)
 
 
 def apply_parked_statuses(session: Session, wamids: list[str]) -> list[StatusChange]:
@@ -197,6 +212,7 @@ def release_unconfirmed(session: Session, subscriptions: Subscriptions | None = 
         )
     ).all()
     changes: list[StatusChange] = []
+    handed: list[str] = []
     for job, message in rows:
         settled = message.upstream_message_id is not None or message.status is MessageStatus.failed
         resend = job.state is JobState.in_flight and not SEND_ORPHANED.exhausted(job.attempts)
@@ -211,8 +227,11 @@ def release_unconfirmed(session: Session, subscriptions: Subscriptions | None = 
             if change:
                 changes.append(change)
         session.delete(job)
+        if job.priority == Priority.bulk:
+            handed.append(job.message_id or "")
     session.flush()
-    return publish_status_changes(session, changes, subscriptions)
+    events = complete_batches(session, handed, subscriptions) if handed else 0
+    return events + publish_status_changes(session, changes, subscriptions)
 
 
 def settle_sends(session: Session, message_ids: list[str]) -> None:

@@ -33,6 +33,7 @@ def upgrade() -> None:
                 "message_updated",
                 "message_created",
                 "conversation_status_changed",
+                "batch_completed",
                 "message_status",
                 name="deliverykind",
                 native_enum=False,

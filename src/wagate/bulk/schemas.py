@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
+
+from wagate.messages.schemas import StatusCallback, TemplateRef
+
+MAX_RECIPIENTS = 1000
+
+
+class BulkRecipient(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    phone_number: str | StrictInt
+    parameters: list[Any] | dict[str, Any] | None = Field(
+        None, description="This recipient's template parameters (default: `template.parameters`)."
+    )
+
+
+class SendBulkRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    channel_id: StrictInt
+    template: TemplateRef
+    # More than 1000 is refused by the service with `too_many_recipients`, not here.
+    phone_numbers: list[str | StrictInt] | None = Field(None, min_length=1)
+    recipients: list[BulkRecipient] | None = Field(None, min_length=1)
+    conversation_status: Literal["open", "pending"] | None = None
+    status_callback: StatusCallback | None = None
+
+    @model_validator(mode="after")
+    def _numbers_or_recipients(self) -> SendBulkRequest:
+        if (self.phone_numbers is None) == (self.recipients is None):
+            raise ValueError("give exactly one of 'phone_numbers' and 'recipients'")
+        return self
+
+    def recipient_list(self) -> list[BulkRecipient]:
+        if self.recipients is not None:
+            return self.recipients
+        return [BulkRecipient(phone_number=number) for number in self.phone_numbers or []]
+
+
+class SendBulkResponse(BaseModel):
+    batch_id: str
+    status: Literal["processing", "completed"]
+    total: int
+    accepted: int
+    rejected: int

@@ -1,0 +1,390 @@
+"""Bulk sends: one template to up to 1000 numbers, stored whole in one transaction, sent as ordinary messages.
+
+A batch is a `batches` row and one `batch_recipients` row per distinct recipient (its message, or why
+it was rejected); every accepted recipient is an ordinary message with a bulk-priority outbox row, so the
+channel's lane paces the batch and lets single sends go first. The batch is `completed` once no send of
+it waits to be handed to Meta; that moment, recorded with the send outcomes, writes `batch_completed`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import and_, case, delete, exists, func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
+
+from wagate.accounts.auth import Principal
+from wagate.bulk.models import Batch, BatchRecipient, BatchStatus
+from wagate.bulk.schemas import MAX_RECIPIENTS, SendBulkRequest
+from wagate.config import Settings
+from wagate.db import isoformat, table_of, utcnow
+from wagate.errors import BatchNotFound, InvalidPhoneNumber, TemplateParametersMismatch, TooManyRecipients
+from wagate.events.models import DeliveryKind, EventKind
+from wagate.events.publish import NewDelivery, webhook_key_prefix, write_deliveries
+from wagate.events.subscriptions import Subscriptions, read_subscriptions
+from wagate.ids import new_id
+from wagate.lookups import Lookups
+from wagate.messages.models import Message, MessageStatus
+from wagate.messages.schemas import format_amount
+from wagate.messages.service import BoundTemplate, PreparedSend, build_send, checked_callback, store_send
+from wagate.outbox.models import JobKind, JobState, OutboxJob, Priority
+from wagate.outbox.notify import notify_outbox
+from wagate.phones import normalize_phone_number
+from wagate.security import SecretBox
+from wagate.templates.service import require_approved
+from wagate.templates.variables import bind_parameters
+
+RETENTION = timedelta(days=7)
+REJECTED_INVALID_NUMBER = "invalid_phone_number"
+_INSERT_RECIPIENTS = insert(table_of(BatchRecipient))
+# A send still waiting to be handed to Meta (an `unconfirmed` one was handed).
+_WAITING = (JobState.ready, JobState.in_flight)
+
+
+@dataclass(frozen=True)
+class PreparedBatch:
+    batch_id: str
+    account_id: int
+    channel_id: int
+    template: BoundTemplate
+    sends: list[PreparedSend]
+    # (phone number, message id, rejection) in request order, duplicates dropped
+    recipients: list[tuple[str, str | None, str | None]]
+    subscriptions: Subscriptions
+
+    @property
+    def response(self) -> dict[str, Any]:
+        accepted = len(self.sends)
+        return {
+            "batch_id": self.batch_id,
+            "status": (BatchStatus.processing if accepted else BatchStatus.completed).value,
+            "total": len(self.recipients),
+            "accepted": accepted,
+            "rejected": len(self.recipients) - accepted,
+        }
+
+
+async def prepare_batch(
+    lookups: Lookups,
+    *,
+    principal: Principal,
+    request: SendBulkRequest,
+    settings: Settings,
+    secret_box: SecretBox,
+) -> PreparedBatch:
+    """Every check of API.md section 6 without writing anything; the template is checked once."""
+    channel = await lookups.channel(principal, request.channel_id)
+    given = request.recipient_list()
+    field = "recipients" if request.recipients is not None else "phone_numbers"
+    if len(given) > MAX_RECIPIENTS:
+        raise TooManyRecipients(
+            details=[{"field": field, "issue": f"{len(given)} given, at most {MAX_RECIPIENTS}"}]
+        )
+    ref = request.template
+    template = require_approved(
+        await lookups.template(channel.id, ref.name, ref.language), name=ref.name, language=ref.language
+    )
+
+    batch_id = new_id("bat")
+    callback = await checked_callback(
+        request.status_callback, lookups=lookups, settings=settings, box=secret_box
+    )
+    subscriptions = await lookups.subscriptions()
+    recipients: list[tuple[str, str | None, str | None]] = []
+    sends: list[PreparedSend] = []
+    mismatches: list[dict[str, str]] = []
+    seen: set[str] = set()
+    for index, recipient in enumerate(given):
+        try:
+            number = normalize_phone_number(str(recipient.phone_number))
+        except InvalidPhoneNumber:
+            number = str(recipient.phone_number)
+            if number not in seen:
+                seen.add(number)
+                recipients.append((number, None, REJECTED_INVALID_NUMBER))
+            continue
+        if number in seen:
+            continue  # a number given twice is sent once
+        seen.add(number)
+        parameters = recipient.parameters if recipient.parameters is not None else ref.parameters
+        values = bind_parameters(template.variables, parameters)
+        if isinstance(values, str):
+            where = (
+                f"recipients[{index}].parameters"
+                if recipient.parameters is not None
+                else "template.parameters"
+            )
+            mismatches.append({"field": where, "issue": values})
+            continue
+        send = build_send(
+            account_id=principal.account_id,
+            channel_id=channel.id,
+            phone_number=number,
+            text=None,
+            bound=BoundTemplate(template, values, parameters),
+            conversation_status=request.conversation_status,
+            status_callback=callback,
+            settings=settings,
+            subscriptions=subscriptions,
+            priority=Priority.bulk,
+            batch_id=batch_id,
+        )
+        sends.append(send)
+        recipients.append((number, send.message_id, None))
+    if mismatches:
+        raise TemplateParametersMismatch(
+            f"Template '{ref.name}' takes {len(template.variables)} parameters; not every recipient's match.",
+            details=mismatches[:50],
+        )
+    return PreparedBatch(
+        batch_id,
+        principal.account_id,
+        channel.id,
+        BoundTemplate(template, {}, ref.parameters),
+        sends,
+        recipients,
+        subscriptions,
+    )
+
+
+def store_batch(session: Session, batch: PreparedBatch, *, notify_others: bool = True) -> None:
+    """The unit of work behind the 202: the batch, its recipients, and every message with its outbox row."""
+    now = utcnow()
+    template = batch.template.template
+    accepted = len(batch.sends)
+    row = Batch(
+        id=batch.batch_id,
+        account_id=batch.account_id,
+        channel_id=batch.channel_id,
+        template_name=template.name,
+        template_language=template.language,
+        template_category=template.category,
+        status=BatchStatus.processing if accepted else BatchStatus.completed,
+        total=len(batch.recipients),
+        accepted=accepted,
+        rejected=len(batch.recipients) - accepted,
+        created_at=now,
+        completed_at=None if accepted else now,
+        expires_at=now + RETENTION,
+    )
+    session.add(row)
+    session.flush()
+    session.connection().execute(
+        _INSERT_RECIPIENTS,
+        [
+            {
+                "batch_id": batch.batch_id,
+                "position": position,
+                "phone_number": number,
+                "message_id": message_id,
+                "error": error,
+            }
+            for position, (number, message_id, error) in enumerate(batch.recipients)
+        ],
+    )
+    for send in batch.sends:
+        store_send(session, send, notify_others=False)
+    if not accepted:
+        _publish_completed(session, [row], batch.subscriptions)
+    if notify_others and accepted:
+        notify_outbox(session, batch.channel_id)
+
+
+def complete_batches(
+    session: Session, message_ids: list[str], subscriptions: Subscriptions | None = None
+) -> int:
+    """Sends of these messages were just handed to Meta or failed: complete the batches with none left.
+
+    Returns how many events it wrote."""
+    batch_ids = set(
+        session.scalars(
+            select(Message.batch_id)
+            .where(Message.id.in_(message_ids), Message.batch_id.is_not(None))
+            .distinct()
+        )
+    )
+    if not batch_ids:
+        return 0
+    waiting = set(
+        session.scalars(
+            select(Message.batch_id)
+            .join(OutboxJob, OutboxJob.message_id == Message.id)
+            .where(
+                Message.batch_id.in_(batch_ids),
+                OutboxJob.kind == JobKind.send_message,
+                OutboxJob.state.in_(_WAITING),
+            )
+            .distinct()
+        )
+    )
+    done = batch_ids - waiting
+    if not done:
+        return 0
+    now = utcnow()
+    finished = list(
+        session.scalars(
+            update(Batch)
+            .where(Batch.id.in_(done), Batch.status == BatchStatus.processing)
+            .values(status=BatchStatus.completed, completed_at=now)
+            .returning(Batch)
+        )
+    )
+    return _publish_completed(session, finished, subscriptions)
+
+
+def _publish_completed(session: Session, batches: list[Batch], subscriptions: Subscriptions | None) -> int:
+    if not batches:
+        return 0
+    if subscriptions is None:
+        subscriptions = read_subscriptions(session, {b.account_id for b in batches})
+    webhooks = subscriptions.for_kind(EventKind.batch_completed)
+    wanted = [b for b in batches if b.account_id in webhooks]
+    if not wanted:
+        return 0
+    summaries = _summaries(session, [b.id for b in wanted])
+    deliveries = [
+        NewDelivery(
+            account_id=batch.account_id,
+            kind=DeliveryKind.batch_completed,
+            body={
+                "event": "batch_completed",
+                "account_id": batch.account_id,
+                "batch": _summary_view(batch, summaries),
+            },
+            message_id=None,
+            ordering_key=f"{webhook_key_prefix(webhook_id)}batch:{batch.id}",
+            webhook_id=webhook_id,
+        )
+        for batch in wanted
+        for webhook_id in webhooks[batch.account_id]
+    ]
+    return write_deliveries(session, deliveries)
+
+
+@dataclass
+class _Summary:
+    counts: dict[str, int] = field(default_factory=dict)
+    cost_micros: int = 0
+    currency: str = ""
+
+
+def _summaries(session: Session, batch_ids: list[str]) -> dict[str, _Summary]:
+    """Messages per status and their cost (a failed one costs 0), one query for all the batches."""
+    rows = session.execute(
+        select(
+            Message.batch_id,
+            Message.status,
+            func.count(),
+            func.sum(case((Message.status == MessageStatus.failed, 0), else_=Message.cost_micros)),
+            func.max(Message.cost_currency),
+        )
+        .where(Message.batch_id.in_(batch_ids))
+        .group_by(Message.batch_id, Message.status)
+    )
+    found: dict[str, _Summary] = {}
+    for batch_id, status, count, cost, currency in rows:
+        summary = found.setdefault(batch_id, _Summary())
+        summary.counts[MessageStatus(status).value] = count
+        summary.cost_micros += int(cost or 0)
+        summary.currency = currency or summary.currency
+    return found
+
+
+def _summary_view(batch: Batch, summaries: dict[str, _Summary]) -> dict[str, Any]:
+    summary = summaries.get(batch.id, _Summary())
+    counts = {status.value: summary.counts.get(status.value, 0) for status in MessageStatus}
+    return {
+        "batch_id": batch.id,
+        "channel_id": batch.channel_id,
+        "template": _template_view(batch),
+        "total": batch.total,
+        "accepted": batch.accepted,
+        "rejected": batch.rejected,
+        "counts": {"pending": 0, **counts, "rejected": batch.rejected},
+        "cost": {"amount": format_amount(summary.cost_micros), "currency": summary.currency},
+        "created_at": isoformat(batch.created_at),
+        "completed_at": isoformat(batch.completed_at),
+    }
+
+
+def _template_view(batch: Batch) -> dict[str, Any]:
+    return {
+        "name": batch.template_name,
+        "language": batch.template_language,
+        "category": batch.template_category,
+    }
+
+
+async def read_batch(
+    session: AsyncSession, *, account_id: int, batch_id: str, now: datetime | None = None
+) -> dict[str, Any]:
+    """API.md section 7: the batch with counts and recipients as they are now; 404 once expired."""
+    batch = await session.scalar(
+        select(Batch).where(
+            Batch.id == batch_id, Batch.account_id == account_id, Batch.expires_at > (now or utcnow())
+        )
+    )
+    if batch is None:
+        raise BatchNotFound()
+    waiting = exists().where(
+        OutboxJob.message_id == Message.id,
+        OutboxJob.kind == JobKind.send_message,
+        OutboxJob.state.in_(_WAITING),
+    )
+    rows = await session.execute(
+        select(
+            BatchRecipient.phone_number,
+            BatchRecipient.message_id,
+            BatchRecipient.error,
+            Message.status,
+            Message.external_error,
+            waiting,
+        )
+        .outerjoin(Message, and_(Message.id == BatchRecipient.message_id))
+        .where(BatchRecipient.batch_id == batch.id)
+        .order_by(BatchRecipient.position)
+    )
+    counts = {"pending": 0, **{status.value: 0 for status in MessageStatus}, "rejected": 0}
+    recipients = []
+    for number, message_id, error, status, external_error, is_waiting in rows:
+        if message_id is None:
+            shown, external_error = "rejected", error
+        elif is_waiting:
+            shown = "pending"
+        else:
+            shown = MessageStatus(status).value
+        counts[shown] += 1
+        recipients.append(
+            {
+                "phone_number": number,
+                "message_id": message_id,
+                "status": shown,
+                "external_error": external_error if shown in ("failed", "rejected") else None,
+            }
+        )
+    return {
+        "batch_id": batch.id,
+        "channel_id": batch.channel_id,
+        "template": _template_view(batch),
+        "status": batch.status.value,
+        "created_at": isoformat(batch.created_at),
+        "completed_at": isoformat(batch.completed_at),
+        "expires_at": isoformat(batch.expires_at),
+        "total": batch.total,
+        "accepted": batch.accepted,
+        "rejected": batch.rejected,
+        "counts": counts,
+        "recipients": recipients,
+    }
+
+
+def purge_expired_batches(session: Session, *, limit: int = 100) -> int:
+    """Batches past their 7 days: gone with their recipient rows (their messages stay)."""
+    expired = list(session.scalars(select(Batch.id).where(Batch.expires_at <= utcnow()).limit(limit)))
+    if expired:
+        session.execute(delete(BatchRecipient).where(BatchRecipient.batch_id.in_(expired)))
+        session.execute(delete(Batch).where(Batch.id.in_(expired)))
+    return len(expired)
