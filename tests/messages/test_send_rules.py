@@ -144,3 +144,14 @@ def test_a_status_callback_into_a_private_network_is_invalid_url(gateway: Gatewa
     assert error["code"] == "invalid_url"
     assert error["details"][0]["field"] == "status_callback.url"
     assert gateway.sim.messages(to=number) == []
+
+
+def test_an_integer_parameter_beyond_64_bits_must_be_sent_as_a_string(gateway: Gateway) -> None:
+    number = new_number()
+    template = {"name": "otp_code", "language": "en", "parameters": [10**30]}
+    error = error_of(gateway.send({"phone_number": number, "template": template}))
+    assert error["code"] == "template_parameters_mismatch" and "string" in error["details"][0]["issue"]
+    template["parameters"] = [str(10**30)]
+    response = gateway.send({"phone_number": number, "template": template})
+    assert response.status_code == 201, response.text
+    assert gateway.message(response.json()["id"])["template"]["parameters"] == [str(10**30)]

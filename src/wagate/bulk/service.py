@@ -29,9 +29,8 @@ from wagate.ids import new_id
 from wagate.lookups import Lookups
 from wagate.messages.models import Message, MessageStatus
 from wagate.messages.schemas import format_amount
-from wagate.messages.service import BoundTemplate, PreparedSend, build_send, checked_callback, store_send
+from wagate.messages.service import BoundTemplate, PreparedSend, build_send, checked_callback, store_sends
 from wagate.outbox.models import JobKind, JobState, OutboxJob, Priority
-from wagate.outbox.notify import notify_outbox
 from wagate.phones import normalize_phone_number
 from wagate.security import SecretBox
 from wagate.templates.service import require_approved
@@ -185,12 +184,10 @@ def store_batch(session: Session, batch: PreparedBatch, *, notify_others: bool =
             for position, (number, message_id, error) in enumerate(batch.recipients)
         ],
     )
-    for send in batch.sends:
-        store_send(session, send, notify_others=False)
-    if not accepted:
+    if accepted:
+        store_sends(session, batch.sends, notify_others=notify_others)
+    else:
         _publish_completed(session, [row], batch.subscriptions)
-    if notify_others and accepted:
-        notify_outbox(session, batch.channel_id)
 
 
 def complete_batches(

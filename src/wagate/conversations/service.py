@@ -77,14 +77,14 @@ def _upserts(dialect: str) -> tuple[Any, Any]:
     contact_upsert = contact.on_conflict_do_update(
         index_elements=[contacts.c.account_id, contacts.c.phone_number],
         set_={"name": func.coalesce(contact.excluded.name, contacts.c.name)},
-    ).returning(contacts.c.id)
+    ).returning(contacts.c.id, contacts.c.phone_number)
     conversation_upsert = conversation.on_conflict_do_update(
         index_elements=[conversations.c.channel_id, conversations.c.contact_id],
         set_={
             "status": conversation.excluded.status,
             "last_activity_at": conversation.excluded.last_activity_at,
         },
-    ).returning(conversations.c.id)
+    ).returning(conversations.c.id, conversations.c.contact_id)
     return contact_upsert, conversation_upsert
 
 
@@ -92,7 +92,7 @@ def upsert_contact(session: Session, *, account_id: int, phone_number: str, name
     """The contact's id, the contact made when new; one statement either way."""
     statement = _upserts(dialect_name(session))[0]
     params = {"account_id": account_id, "phone_number": phone_number, "name": name, "created_at": utcnow()}
-    contact_id: int = session.connection().execute(statement, params).scalar_one()
+    contact_id: int = session.connection().execute(statement, params).one()[0]
     return contact_id
 
 
@@ -138,23 +138,61 @@ def get_or_create_conversation(
     return conversation, inserted is not None
 
 
-def touch_after_send(
-    session: Session, *, account_id: int, channel_id: int, phone_number: str, status: ConversationStatus
-) -> int:
-    """Give the conversation its status after an API send; returns its id. Two statements, new or not."""
+def touch_after_sends(
+    session: Session,
+    *,
+    account_id: int,
+    channel_id: int,
+    phone_numbers: list[str],
+    status: ConversationStatus,
+) -> dict[str, int]:
+    """Give each number's conversation its status after an API send; returns number -> conversation id.
+
+    Two statements for any number of them (SQLAlchemy sends many rows as one multi-row statement).
+    """
     now = utcnow()
-    contact_id = upsert_contact(session, account_id=account_id, phone_number=phone_number)
-    params = {
-        "account_id": account_id,
-        "channel_id": channel_id,
-        "contact_id": contact_id,
-        "status": status.value,
-        "last_activity_at": now,
-        "created_at": now,
+    contact_upsert, conversation_upsert = _upserts(dialect_name(session))
+    connection = session.connection()
+    contact_rows = [
+        {"account_id": account_id, "phone_number": number, "name": None, "created_at": now}
+        for number in phone_numbers
+    ]
+    contact_of = {
+        number: contact_id for contact_id, number in connection.execute(contact_upsert, contact_rows)
     }
-    statement = _upserts(dialect_name(session))[1]
-    conversation_id: int = session.connection().execute(statement, params).scalar_one()
-    return conversation_id
+    conversation_rows = [
+        {
+            "account_id": account_id,
+            "channel_id": channel_id,
+            "contact_id": contact_of[number],
+            "status": status.value,
+            "last_activity_at": now,
+            "created_at": now,
+        }
+        for number in phone_numbers
+    ]
+    # Rows come back in no promised order: matched by contact.
+    conversation_of = dict(
+        (contact_id, conversation_id)
+        for conversation_id, contact_id in connection.execute(conversation_upsert, conversation_rows)
+    )
+    return {number: conversation_of[contact_of[number]] for number in phone_numbers}
+
+
+def statuses_before(
+    session: Session, *, account_id: int, channel_id: int, phone_numbers: list[str]
+) -> dict[str, str]:
+    """The current status of each number's conversation on the channel (numbers without one are left out)."""
+    rows = session.execute(
+        select(Contact.phone_number, Conversation.status)
+        .join(Conversation, Conversation.contact_id == Contact.id)
+        .where(
+            Contact.account_id == account_id,
+            Contact.phone_number.in_(phone_numbers),
+            Conversation.channel_id == channel_id,
+        )
+    )
+    return {number: ConversationStatus(status).value for number, status in rows}
 
 
 def status_after_send(requested: ConversationStatus | None) -> ConversationStatus:

@@ -229,13 +229,14 @@ def _callback_delivery(
     )
 
 
-def schedule_status_report(
-    connection: Connection, *, message_id: str, after_seconds: int, now: datetime
-) -> None:
-    """The `after_seconds` report: a durable row due at acceptance + N, written with the message."""
-    row = _outbox_row("", message_id, None, now + timedelta(seconds=after_seconds))
-    row.update(kind=JobKind.status_report, payload={})
-    connection.execute(_INSERT_OUTBOX, row)
+def schedule_status_reports(connection: Connection, reports: list[tuple[str, int]], *, now: datetime) -> None:
+    """`after_seconds` reports (message id, N): rows due at acceptance + N, stored with the messages."""
+    rows = []
+    for message_id, after_seconds in reports:
+        row = _outbox_row("", message_id, None, now + timedelta(seconds=after_seconds))
+        row.update(kind=JobKind.status_report, payload={})
+        rows.append(row)
+    connection.execute(_INSERT_OUTBOX, rows)
 
 
 def render_due_reports(session: Session, *, limit: int = REPORT_BATCH) -> int:

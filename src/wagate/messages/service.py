@@ -16,10 +16,10 @@ from wagate.channels.service import channel_for_member
 from wagate.config import Settings
 from wagate.conversations.models import Conversation, ConversationStatus
 from wagate.conversations.service import (
-    conversation_query,
     find_conversation,
     status_after_send,
-    touch_after_send,
+    statuses_before,
+    touch_after_sends,
     window_of,
 )
 from wagate.db import isoformat, table_of, utcnow
@@ -29,7 +29,7 @@ from wagate.events.publish import (
     ConversationChange,
     publish_conversation_changes,
     publish_messages_created,
-    schedule_status_report,
+    schedule_status_reports,
 )
 from wagate.events.subscriptions import NO_SUBSCRIPTIONS, Subscriptions
 from wagate.events.urls import check_url
@@ -222,7 +222,8 @@ def build_send(
 
 
 _INSERT_MESSAGE = insert(table_of(Message))
-_INSERT_OUTBOX = insert(table_of(OutboxJob)).returning(table_of(OutboxJob).c.id)
+_INSERT_OUTBOX = insert(table_of(OutboxJob))
+_INSERT_OUTBOX_RETURNING_ID = _INSERT_OUTBOX.returning(table_of(OutboxJob).c.id)
 
 
 @dataclass(frozen=True)
@@ -242,31 +243,77 @@ def store_send(
     process's own dispatcher sends for the channel. `claim`: the row is born `in_flight` (the attempt
     record), so the lane can call Meta the moment this commits. Returns the outbox row's id.
     """
+    return store_sends(session, [send], notify_others=notify_others, claim=claim)[0]
+
+
+def store_sends(
+    session: Session, sends: list[PreparedSend], *, notify_others: bool = True, claim: SendClaim | None = None
+) -> list[int]:
+    """Messages of one account and channel (a single send, or a batch) with their conversations and
+    outbox rows: a handful of statements however many there are. Returns the outbox ids of a single
+    send (a batch's are not needed, and not read back)."""
+    if not sends:
+        return []
     now = utcnow()
-    conversation_status = status_after_send(send.conversation_status)
-    conversation_webhooks = send.subscriptions.webhooks(
-        send.account_id, EventKind.conversation_status_changed
-    )
-    previous_status: str | None = None
+    first = sends[0]
+    account_id, channel_id, subscriptions = first.account_id, first.channel_id, first.subscriptions
+    numbers = [send.phone_number for send in sends]
+    conversation_status = status_after_send(first.conversation_status)
+    conversation_webhooks = subscriptions.webhooks(account_id, EventKind.conversation_status_changed)
+    previous: dict[str, str] = {}
     if conversation_webhooks:  # only then is the status before the send worth a query
-        before = session.scalar(
-            conversation_query(
-                account_id=send.account_id, channel_id=send.channel_id, phone_number=send.phone_number
-            )
+        previous = statuses_before(
+            session, account_id=account_id, channel_id=channel_id, phone_numbers=numbers
         )
-        previous_status = before.status.value if before is not None else None
-    conversation_id = touch_after_send(
+    conversation_of = touch_after_sends(
         session,
-        account_id=send.account_id,
-        channel_id=send.channel_id,
-        phone_number=send.phone_number,
+        account_id=account_id,
+        channel_id=channel_id,
+        phone_numbers=numbers,
         status=conversation_status,
     )
-    template = send.template.template if send.template else None
     # Core statements built once, with values at execution: this runs for every accepted message,
     # and the ORM's unit of work (or a statement compiled anew) costs more than the SQL itself.
     connection = session.connection()
-    message_row = {
+    message_rows = [_message_row(send, conversation_of[send.phone_number], now) for send in sends]
+    connection.execute(_INSERT_MESSAGE, message_rows)
+    outbox_rows = [_outbox_row(send, now, claim) for send in sends]
+    job_ids: list[int] = []
+    if len(outbox_rows) == 1:
+        job_ids.append(connection.execute(_INSERT_OUTBOX_RETURNING_ID, outbox_rows[0]).scalar_one())
+    else:
+        connection.execute(_INSERT_OUTBOX, outbox_rows)
+    reports = [
+        (send.message_id, send.status_callback["after_seconds"])
+        for send in sends
+        if send.status_callback and send.status_callback.get("after_seconds")
+    ]
+    if reports:
+        schedule_status_reports(connection, reports, now=now)
+    if subscriptions.webhooks(account_id, EventKind.message_created):
+        created = [(Message(**row), conversation_status.value) for row in message_rows]
+        publish_messages_created(session, created, subscriptions)
+    if conversation_webhooks:
+        changes = [
+            ConversationChange(
+                account_id,
+                conversation_of[number],
+                channel_id,
+                number,
+                previous.get(number),
+                conversation_status.value,
+            )
+            for number in numbers
+        ]
+        publish_conversation_changes(session, changes, subscriptions)
+    if notify_others:
+        notify_outbox(session, channel_id)
+    return job_ids
+
+
+def _message_row(send: PreparedSend, conversation_id: int, now: datetime) -> dict[str, Any]:
+    template = send.template.template if send.template else None
+    return {
         "id": send.message_id,
         "account_id": send.account_id,
         "channel_id": send.channel_id,
@@ -290,44 +337,24 @@ def store_send(
         "created_at": now,
         "updated_at": now,
     }
-    connection.execute(_INSERT_MESSAGE, message_row)
-    job_id: int = connection.execute(
-        _INSERT_OUTBOX,
-        {
-            "kind": JobKind.send_message,
-            "state": JobState.in_flight if claim else JobState.ready,
-            "priority": send.priority,
-            "channel_id": send.channel_id,
-            "message_id": send.message_id,
-            "payload": {"body": send.upstream_body},
-            "run_at": now,
-            "attempts": 1 if claim else 0,
-            "last_error": None,
-            "locked_by": claim.worker_id if claim else None,
-            "locked_until": claim.locked_until if claim else None,
-            "created_at": now,
-        },
-    ).scalar_one()
-    after_seconds = send.status_callback.get("after_seconds") if send.status_callback else None
-    if after_seconds:
-        schedule_status_report(connection, message_id=send.message_id, after_seconds=after_seconds, now=now)
-    if send.subscriptions.webhooks(send.account_id, EventKind.message_created):
-        publish_messages_created(
-            session, [(Message(**message_row), conversation_status.value)], send.subscriptions
-        )
-    if conversation_webhooks:
-        change = ConversationChange(
-            send.account_id,
-            conversation_id,
-            send.channel_id,
-            send.phone_number,
-            previous_status,
-            conversation_status.value,
-        )
-        publish_conversation_changes(session, [change], send.subscriptions)
-    if notify_others:
-        notify_outbox(session, send.channel_id)
-    return job_id
+
+
+def _outbox_row(send: PreparedSend, now: datetime, claim: SendClaim | None) -> dict[str, Any]:
+    return {
+        "kind": JobKind.send_message,
+        "state": JobState.in_flight if claim else JobState.ready,
+        "priority": send.priority,
+        "channel_id": send.channel_id,
+        "message_id": send.message_id,
+        "ordering_key": None,
+        "payload": {"body": send.upstream_body},
+        "run_at": now,
+        "attempts": 1 if claim else 0,
+        "last_error": None,
+        "locked_by": claim.worker_id if claim else None,
+        "locked_until": claim.locked_until if claim else None,
+        "created_at": now,
+    }
 
 
 async def read_message(session: AsyncSession, *, principal: Principal, message_id: str) -> dict[str, Any]:

@@ -95,6 +95,9 @@ def bind_parameters(variables: list[str], parameters: Any) -> dict[str, str] | s
     for name, value in pairs:
         if isinstance(value, bool) or not isinstance(value, str | int | float):
             return f"value for {name} must be a string or a number"
+        if isinstance(value, int) and not -(2**63) <= value < 2**63:
+            # JSON readers (ours included) turn such a number into a float: it would not read back.
+            return f"value for {name} is too large a number; send it as a string"
         text = str(value)
         if not text.strip():
             return f"value for {name} must not be empty"
