@@ -129,6 +129,13 @@ def record_outcomes(
 ) -> int:
     """Store a round of send results and their events in one transaction; returns how many events."""
     now = utcnow()
+    # A send that kept failing to reach Meta (refused, throttled) for its whole retry policy fails.
+    outcomes = [
+        Rejected(o.send, o.error)
+        if isinstance(o, Retry) and SEND_NOT_DELIVERED.exhausted(o.send.attempts)
+        else o
+        for o in outcomes
+    ]
     changes: list[StatusChange] = []
     sent = [o for o in outcomes if isinstance(o, Sent)]
     if sent:

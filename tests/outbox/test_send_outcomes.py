@@ -1,0 +1,81 @@
+"""Recording send outcomes on a real database: when a send that cannot reach Meta gives up."""
+
+from __future__ import annotations
+
+import asyncio
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from wagate.accounts.models import Account
+from wagate.channels.models import Channel
+from wagate.config import Settings
+from wagate.db import Database
+from wagate.events.subscriptions import NO_SUBSCRIPTIONS
+from wagate.messages.models import Message
+from wagate.messages.service import build_send, store_sends
+from wagate.migrate import migrate
+from wagate.outbox import sends
+from wagate.outbox.models import OutboxJob
+from wagate.outbox.retry import SEND_NOT_DELIVERED
+
+
+def test_a_send_that_never_reaches_meta_fails_once_its_retries_are_spent(database_url: str) -> None:
+    migrate(database_url)
+    db = Database(database_url, pool_size=2)
+
+    def seed(session: Session) -> tuple[str, str]:
+        account = Account(name="Refused Co")
+        session.add(account)
+        session.flush()
+        channel = Channel(
+            account_id=account.id,
+            name="Main",
+            phone_number="+15550007777",
+            phone_number_id="refused-co-1",
+            waba_id="refused-co-waba",
+            access_token_encrypted="x",
+        )
+        session.add(channel)
+        session.flush()
+        prepared = [
+            build_send(
+                account_id=account.id,
+                channel_id=channel.id,
+                phone_number=number,
+                text="hello",
+                bound=None,
+                conversation_status=None,
+                status_callback=None,
+                settings=Settings(),
+                subscriptions=NO_SUBSCRIPTIONS,
+            )
+            for number in ("+994551110001", "+994551110002")
+        ]
+        store_sends(session, prepared)
+        return prepared[0].message_id, prepared[1].message_id
+
+    async def scenario() -> None:
+        spent, young = await db.write(seed)
+        async with db.read() as session:
+            jobs = {j.message_id: j for j in await session.scalars(select(OutboxJob))}
+        outcomes: list[sends.Outcome] = [
+            sends.Retry(
+                sends.ClaimedSend(jobs[spent].id, spent, {}, SEND_NOT_DELIVERED.max_attempts, 0),
+                "130429: Rate limit hit",
+            ),
+            sends.Retry(sends.ClaimedSend(jobs[young].id, young, {}, 1, 0), "130429: Rate limit hit"),
+        ]
+        await db.write(lambda s: sends.record_outcomes(s, outcomes, grace_seconds=60))
+        async with db.read() as session:
+            messages = {m.id: m for m in await session.scalars(select(Message))}
+            left = {j.message_id for j in await session.scalars(select(OutboxJob))}
+        assert (
+            messages[spent].status == "failed" and messages[spent].external_error == "130429: Rate limit hit"
+        )
+        assert messages[young].status == "sent" and left == {young}  # tried again later
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        asyncio.run(db.dispose())
