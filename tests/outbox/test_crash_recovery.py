@@ -13,181 +13,28 @@ which request each upstream call belongs to.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
-import json
-import os
-import signal
-import socket
-import sqlite3
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
-from cryptography.fernet import Fernet
 
-from support import (
-    ADMIN_TOKEN,
-    APP_SECRET,
-    MAIN,
-    VERIFY_TOKEN,
-    Simulator,
-    new_number,
-    provision_file,
-    wait_for,
-)
-
-WAGATE = Path(sys.executable).with_name("wagate")
-# One key for every process on the module's database: provisioning encrypts the channels' tokens with it.
-SECRET_KEY = Fernet.generate_key().decode()
-GRACE_SECONDS = 2
-DONE = {"sent", "delivered", "read"}
+import gateway_process as machinery
+from gateway_process import DONE, GRACE_SECONDS, GatewayProcess, Provisioned, diagnostics, outbox_sends
+from support import ADMIN_TOKEN, MAIN, Simulator, new_number, wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def tail(path: Path, lines: int = 60) -> str:
-    if not path.exists():
-        return f"({path.name} does not exist)"
-    text = path.read_text(errors="replace").splitlines()
-    return "\n".join(text[-lines:])
-
-
-@dataclass
-class Provisioned:
-    env: dict[str, str]
-    account_id: int
-    channel_id: int
-    database_url: str
-
-
-def gateway_env(database_url: str, simulator: Simulator) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WAGATE_")}
-    env.update(
-        WAGATE_DATABASE_URL=database_url,
-        WAGATE_GRAPH_API_URL=simulator.graph_url,
-        WAGATE_META_APP_SECRET=APP_SECRET,
-        WAGATE_META_VERIFY_TOKEN=VERIFY_TOKEN,
-        WAGATE_SECRET_KEY=SECRET_KEY,
-        WAGATE_UNCONFIRMED_SEND_GRACE_SECONDS=str(GRACE_SECONDS),
-        # A send's lease is this plus the grace: a call cut off by the kill is settled or resent 5 s on.
-        WAGATE_UPSTREAM_TIMEOUT_SECONDS="3",
-        PYTHONUNBUFFERED="1",
-    )
-    return env
-
-
-def run_command(args: list[str], env: dict[str, str], cwd: Path) -> str:
-    done = subprocess.run(
-        [str(WAGATE), *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=60, check=False
-    )
-    assert done.returncode == 0, f"wagate {' '.join(args)} failed ({done.returncode}):\n{done.stderr[-4000:]}"
-    return done.stdout
-
-
-@pytest.fixture(scope="module")
-def provisioned(
-    database_url: str, simulator: Simulator, tmp_path_factory: pytest.TempPathFactory
-) -> Provisioned:
-    """`wagate migrate` and `wagate provision` once per database, exactly as an operator would run them."""
-    work = tmp_path_factory.mktemp("crash")
-    env = gateway_env(database_url, simulator)
-    run_command(["migrate"], env, work)
-    spec = work / "provision.json"
-    spec.write_text(json.dumps(provision_file()))
-    result = json.loads(run_command(["provision", str(spec)], env, work))
-    acme = next(a for a in result["accounts"] if a["name"] == "Acme")
-    main = next(c for c in acme["channels"] if c["name"] == "Main")
-    tokens = {k["token"] for k in acme["api_keys"]}
-    assert ADMIN_TOKEN in tokens
-    return Provisioned(env, acme["account_id"], main["channel_id"], database_url)
-
-
-class GatewayProcess:
-    """`wagate serve` as a child process (the python process itself, no shell in between)."""
-
-    def __init__(self, env: dict[str, str], port: int, log_dir: Path) -> None:
-        self.env = env
-        self.port = port
-        self.url = f"http://127.0.0.1:{port}"
-        self.log_dir = log_dir
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.runs = 0
-        self.start_seconds = 0.0  # how long the last start took, until /healthz answered
-
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
-
-    @property
-    def log_path(self) -> Path:
-        return self.log_dir / f"gateway-{self.runs}.log"
-
-    def logs(self) -> str:
-        return "\n".join(
-            f"--- gateway run {n} (last lines) ---\n{tail(self.log_dir / f'gateway-{n}.log')}"
-            for n in range(1, self.runs + 1)
-        )
-
-    def start(self, timeout: float = 30.0) -> None:
-        assert self.pid() is None
-        self.runs += 1
-        began = time.monotonic()
-        with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(
-                [str(WAGATE), "serve", "--host", "127.0.0.1", "--port", str(self.port)],
-                env=self.env,
-                cwd=self.log_dir,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + timeout
-        with httpx.Client(timeout=1.0) as http:
-            while True:
-                if self.proc.poll() is not None:
-                    raise AssertionError(f"wagate serve exited with {self.proc.returncode}\n{self.logs()}")
-                with contextlib.suppress(httpx.TransportError):
-                    if http.get(f"{self.url}/healthz").status_code == 200:
-                        self.start_seconds = time.monotonic() - began
-                        return
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"wagate serve not ready within {timeout} s\n{self.logs()}")
-                time.sleep(0.05)
-
-    def kill(self) -> None:
-        """SIGKILL: no shutdown code runs, whatever the process was doing is cut off where it stood."""
-        assert self.proc is not None and self.pid() is not None, "the gateway died before the kill"
-        # The entry point is a python script run directly, so this pid is the interpreter itself.
-        cmdline = Path(f"/proc/{self.proc.pid}/cmdline").read_bytes().split(b"\0")
-        assert any(b"python" in part for part in cmdline[:1]), cmdline
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.proc is None or self.pid() is None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
+# Fixtures, found by pytest as this module's attributes.
+provisioned = machinery.provisioned
+gateway_process = machinery.gateway_process
+wired_simulator = machinery.wired_simulator
 
 
 @dataclass
@@ -262,29 +109,6 @@ def send_many(
             future.result()
 
 
-def query(database_url: str, sql: str) -> list[tuple[Any, ...]]:
-    """Read the gateway's database directly (the process may be dead), for checks and diagnostics."""
-    if database_url.startswith("sqlite"):
-        conn = sqlite3.connect(database_url.split("///", 1)[1], timeout=10)
-        try:
-            return conn.execute(sql).fetchall()
-        finally:
-            conn.close()
-    with psycopg.connect(database_url.replace("postgresql+psycopg://", "postgresql://")) as pg:
-        return pg.execute(sql).fetchall()  # type: ignore[arg-type]
-
-
-def outbox_sends(database_url: str) -> Counter[str]:
-    """The send rows left in the outbox, by state."""
-    sql = "SELECT state, count(*) FROM outbox WHERE kind = 'send_message' GROUP BY state"
-    rows = query(database_url, sql)
-    return Counter({str(state): int(count) for state, count in rows})
-
-
-def diagnostics(database_url: str) -> str:
-    return f"outbox send rows {dict(outbox_sends(database_url))}"
-
-
 def sim_entries(simulator: Simulator, numbers: set[str]) -> list[dict[str, Any]]:
     """The simulator's accepted sends on the Main number to any of `numbers`."""
     digits = {n.lstrip("+") for n in numbers}
@@ -293,24 +117,6 @@ def sim_entries(simulator: Simulator, numbers: set[str]) -> list[dict[str, Any]]
     )
     response.raise_for_status()
     return [e for e in response.json()["data"] if e["to"].lstrip("+") in digits]
-
-
-@pytest.fixture
-def wired_simulator(simulator: Simulator) -> Iterator[Callable[[str], None]]:
-    """Points the simulator's webhooks at our gateway; every switch a test flips is put back afterwards."""
-    before = simulator.http.get(f"{simulator.url}/_sim/config").json()
-
-    def wire(gateway_url: str) -> None:
-        simulator.configure(webhook_url=f"{gateway_url}/webhooks/whatsapp")
-
-    yield wire
-    simulator.configure(
-        webhook_url=before["webhook_url"],
-        status_delays=before["status_delays"],
-        slow_response_seconds=before["slow_response_seconds"],
-        webhook_retry_cap=before["webhook_retry_cap"],
-        fail_next={"count": 0, "code": 0},
-    )
 
 
 @dataclass
@@ -404,15 +210,6 @@ def snapshot_at_kill(simulator: Simulator, provisioned: Provisioned, log: SendLo
         upstream_before_kill=len(accepted & upstream),
         outbox_at_kill=outbox_sends(provisioned.database_url),
     )
-
-
-@pytest.fixture
-def gateway_process(provisioned: Provisioned, tmp_path: Path) -> Iterator[GatewayProcess]:
-    gateway = GatewayProcess(provisioned.env, free_port(), tmp_path)
-    try:
-        yield gateway
-    finally:
-        gateway.stop()
 
 
 def test_killed_while_accepting_and_sending(

@@ -207,10 +207,9 @@ def complete_batches(
         return 0
     waiting = set(
         session.scalars(
-            select(Message.batch_id)
-            .join(OutboxJob, OutboxJob.message_id == Message.id)
+            select(OutboxJob.batch_id)
             .where(
-                Message.batch_id.in_(batch_ids),
+                OutboxJob.batch_id.in_(batch_ids),
                 OutboxJob.kind == JobKind.send_message,
                 OutboxJob.state.in_(_WAITING),
             )

@@ -84,6 +84,7 @@ def _outbox_row(
         "priority": Priority.background,
         "channel_id": None,
         "message_id": message_id,
+        "batch_id": None,
         "ordering_key": ordering_key,
         "payload": {"delivery_id": delivery_id},
         "run_at": now,

@@ -346,6 +346,7 @@ def _outbox_row(send: PreparedSend, now: datetime, claim: SendClaim | None) -> d
         "priority": send.priority,
         "channel_id": send.channel_id,
         "message_id": send.message_id,
+        "batch_id": send.batch_id,
         "ordering_key": None,
         "payload": {"body": send.upstream_body},
         "run_at": now,

@@ -38,8 +38,11 @@ from wagate.whatsapp.errors import NotDelivered, ThrottlingError, Unconfirmed, U
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 1.0
-MAX_CLAIM = 100  # sends claimed per round; the limiter usually allows fewer
-CLAIM_AHEAD_SLICES = 2
+MAX_CLAIM = 500  # sends claimed at once
+# Rows for the next slices are claimed while fewer than 4 slices' worth wait, up to 8 slices' worth:
+# enough to cover a claim that waits behind a busy writer (PostgreSQL at 200/s). A single send does
+# not wait for that: the API's wake-up makes the lane claim at once, and it goes first.
+CLAIM_AHEAD_SLICES = 8
 CONFIG_REFRESH_SECONDS = 60.0
 
 
@@ -71,6 +74,7 @@ class ChannelLane:
         self.outcome_ready = asyncio.Event()
         # Rows claimed ahead of their moment (see _round); given back if the lane stops.
         self.claimed: deque[sends.ClaimedSend] = deque()
+        self.claim_now = False
         self.stopping = False
         self.task = asyncio.create_task(self._run(), name=f"wagate-lane-{channel_id}")
         self.recorder = asyncio.create_task(self._record_outcomes(), name=f"wagate-record-{channel_id}")
@@ -80,6 +84,8 @@ class ChannelLane:
         return max(16, 2 * self.limiter.rate)
 
     def wake(self) -> None:
+        """New rows were stored for the channel (a single send, most likely): claim them now."""
+        self.claim_now = True
         self.wake_event.set()
 
     def reserve(self) -> float | None:
@@ -89,13 +95,16 @@ class ChannelLane:
             return None
         return self.limiter.reserve(1)
 
-    def send_now(self, claimed: sends.ClaimedSend, hold: float | None = None) -> None:
-        """Call Meta for a claimed send; `hold` is the fast path's slot, which counts from now."""
+    def send_now(
+        self, claimed: sends.ClaimedSend, hold: float | None = None, stamp: float | None = None
+    ) -> None:
+        """Call Meta for a claimed send: `hold` is the fast path's slot, which counts from now;
+        `stamp`, the slot the round already recorded for it."""
         if hold is not None:
-            self.limiter.settle(hold, 1, 1)
+            stamp = self.limiter.settle(hold, 1, 1)
         if self.config is None:  # cannot happen after reserve(); the row is settled as orphaned
             return
-        call = asyncio.create_task(self._call(self.config, claimed))
+        call = asyncio.create_task(self._call(self.config, claimed, stamp))
         self.calls.add(call)
         call.add_done_callback(self.calls.discard)
 
@@ -160,7 +169,8 @@ class ChannelLane:
             return False
         while len(self.calls) >= self.max_in_flight:
             await asyncio.wait(self.calls, return_when=asyncio.FIRST_COMPLETED)
-        if len(self.claimed) < self.limiter.slice_rate:
+        if self.claim_now or len(self.claimed) < CLAIM_AHEAD_SLICES // 2 * self.limiter.slice_rate:
+            self.claim_now = False
             await self._claim_ahead()
         if not self.claimed:
             return False
@@ -169,14 +179,15 @@ class ChannelLane:
             await asyncio.sleep(wait)
         count = min(self.limiter.available(), len(self.claimed), self.max_in_flight - len(self.calls))
         if count > 0 and not self.stopping:
-            self.limiter.record(count)
+            stamp = self.limiter.record(count)
             for _ in range(count):
-                self.send_now(self.claimed.popleft())
+                self.send_now(self.claimed.popleft(), stamp=stamp)
         return True
 
     async def _claim_ahead(self) -> None:
-        """Claim up to two slices' worth (at most MAX_CLAIM); single sends go before bulk ones."""
-        limit = min(MAX_CLAIM, CLAIM_AHEAD_SLICES * self.limiter.slice_rate) - len(self.claimed)
+        """Claim up to CLAIM_AHEAD_SLICES' worth (at most MAX_CLAIM); single sends go before bulk ones."""
+        wanted = min(MAX_CLAIM, CLAIM_AHEAD_SLICES * self.limiter.slice_rate) - len(self.claimed)
+        limit = max(wanted, self.limiter.slice_rate)  # always room for the new single sends
         if limit < 1:
             return
         lease = self.dispatcher.in_flight_lease_seconds
@@ -194,8 +205,14 @@ class ChannelLane:
         if fresh:
             self.claimed = deque(sorted([*self.claimed, *fresh], key=lambda c: (c.priority, c.job_id)))
 
-    async def _call(self, config: ChannelConfig, claimed: sends.ClaimedSend) -> None:
-        self.outcomes.append(await self._send(config, claimed))
+    async def _call(self, config: ChannelConfig, claimed: sends.ClaimedSend, stamp: float | None) -> None:
+        outcome = await self._send(config, claimed)
+        if stamp is not None:
+            # Meta got the request somewhere between the decision and its answer: counting it from the
+            # answer keeps every second as Meta counts it within the limit, whatever the delay on the way.
+            self.limiter.restamp(stamp)
+        # Appended after the await: the recorder may have swapped the list in the meantime.
+        self.outcomes.append(outcome)
         self.outcome_ready.set()
 
     async def _send(self, config: ChannelConfig, claimed: sends.ClaimedSend) -> sends.Outcome:

@@ -10,20 +10,22 @@ from collections import deque
 class SlidingWindowLimiter:
     """A sliding log of send times for the promise, and a token bucket for the pace.
 
-    The log is the promise to Meta: never more than `rate` sends in any window. The window is a little
-    longer than a second, so that network jitter on the way cannot put one send too many into a
-    second as Meta (or the simulator) counts it.
+    The log is the promise to Meta: never more than `rate` sends in any second. A send is logged when
+    it is decided and logged again when Meta's answer comes back (`restamp`): Meta received it between
+    the two, so however long the way there took, no second as Meta counts it holds more than `rate`.
 
-    The bucket fills at `rate` per window and is drawn a twentieth of that at a time, so a channel at
-    80/s sends 4 every 50 ms instead of 80 at once and then waiting, with one claim per slice. It holds
-    up to `BURST_SLICES` slices: a round that comes late takes what accrued meanwhile, instead of
-    losing the slices it missed.
+    The bucket fills at `rate` per `PACE` seconds (a little slower than the promise, which leaves room
+    for that delay) and is drawn a twentieth of that at a time, so a channel at 80/s sends 4 every
+    50 ms instead of 80 at once and then waiting, with one claim per slice. It holds up to
+    `BURST_SLICES` slices: a round that comes late takes what accrued meanwhile, instead of losing the
+    slices it missed.
     """
 
     SLICES = 20
     BURST_SLICES = 5
+    PACE = 1.01
 
-    def __init__(self, rate: int, *, window: float = 1.01) -> None:
+    def __init__(self, rate: int, *, window: float = 1.0) -> None:
         self.window = window
         self._sent: deque[float] = deque()
         self.set_rate(rate)
@@ -40,7 +42,7 @@ class SlidingWindowLimiter:
             self._sent.popleft()
         if self._filled_at is None or now > self._filled_at:
             if self._filled_at is not None:
-                accrued = (now - self._filled_at) * self.rate / self.window
+                accrued = (now - self._filled_at) * self.rate / self.PACE
                 self._tokens = min(self.burst, self._tokens + accrued)
             self._filled_at = now
 
@@ -57,14 +59,25 @@ class SlidingWindowLimiter:
         if len(self._sent) >= self.rate:
             waits.append(self._sent[-self.rate] + self.window - now)
         if self._tokens < self.slice_rate:
-            waits.append((self.slice_rate - self._tokens) * self.window / self.rate)
+            waits.append((self.slice_rate - self._tokens) * self.PACE / self.rate)
         return max(0.0, max(waits)) + 1e-4 if waits else 0.0
 
-    def record(self, count: int, now: float | None = None) -> None:
+    def record(self, count: int, now: float | None = None) -> float:
+        """Log `count` sends decided now; returns their stamp (for `restamp`)."""
         now = time.monotonic() if now is None else now
         self._update(now)
         self._tokens -= count
         self._sent.extend([now] * count)
+        return now
+
+    def restamp(self, stamp: float, now: float | None = None) -> None:
+        """Move one send logged at `stamp` to now, when its answer came back."""
+        now = time.monotonic() if now is None else now
+        try:
+            self._sent.remove(stamp)
+        except ValueError:  # already out of the window
+            return
+        self._sent.append(now)  # nothing is logged later than now: the log stays in order
 
     def reserve(self, count: int) -> float:
         """Hold `count` slots while a send is being stored; returns the hold's stamp."""
@@ -72,12 +85,12 @@ class SlidingWindowLimiter:
         self.record(count, stamp)
         return stamp
 
-    def settle(self, stamp: float, reserved: int, used: int) -> None:
-        """Turn a hold into the sends that really start now: the window counts from when they leave."""
+    def settle(self, stamp: float, reserved: int, used: int) -> float:
+        """Turn a hold into the sends that really start now; returns their stamp."""
         for _ in range(reserved):
             try:
                 self._sent.remove(stamp)
             except ValueError:  # already out of the window
                 break
         self._tokens += reserved
-        self.record(used)
+        return self.record(used)

@@ -56,6 +56,8 @@ class OutboxJob(Base):
     # Sends are paced per channel; other kinds leave it empty.
     channel_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     message_id: Mapped[str | None] = mapped_column(String(40), nullable=True, index=True)
+    # A bulk send's batch: whether a batch still has sends waiting is one index lookup.
+    batch_id: Mapped[str | None] = mapped_column(String(40), nullable=True, index=True)
     # Rows sharing a key run one at a time, oldest first: one message's events reach one endpoint
     # in the order they happened.
     ordering_key: Mapped[str | None] = mapped_column(String(80), nullable=True)

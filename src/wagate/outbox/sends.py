@@ -242,12 +242,18 @@ def release_unconfirmed(session: Session, subscriptions: Subscriptions | None = 
 
 
 def settle_sends(session: Session, message_ids: list[str]) -> None:
-    """A status webhook proved Meta has these messages: their unconfirmed send rows are done."""
+    """A status webhook proved Meta has these messages: their unconfirmed send rows are done (and a
+    batch whose last sends they were is complete)."""
     if message_ids:
-        session.execute(
-            delete(OutboxJob).where(
+        settled = session.execute(
+            delete(OutboxJob)
+            .where(
                 OutboxJob.kind == JobKind.send_message,
                 OutboxJob.state.in_([JobState.in_flight, JobState.unconfirmed]),
                 OutboxJob.message_id.in_(message_ids),
             )
+            .returning(OutboxJob.priority, OutboxJob.message_id)
         )
+        bulk = [message_id for priority, message_id in settled if priority == Priority.bulk and message_id]
+        if bulk:
+            complete_batches(session, bulk)

@@ -70,8 +70,16 @@ def upgrade() -> None:
     with op.batch_alter_table("batch_recipients", schema=None) as batch_op:
         batch_op.create_index(batch_op.f("ix_batch_recipients_batch_id"), ["batch_id"], unique=False)
 
+    with op.batch_alter_table("outbox", schema=None) as batch_op:
+        batch_op.add_column(sa.Column("batch_id", sa.String(length=40), nullable=True))
+        batch_op.create_index(batch_op.f("ix_outbox_batch_id"), ["batch_id"], unique=False)
+
 
 def downgrade() -> None:
+    with op.batch_alter_table("outbox", schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f("ix_outbox_batch_id"))
+        batch_op.drop_column("batch_id")
+
     with op.batch_alter_table("batch_recipients", schema=None) as batch_op:
         batch_op.drop_index(batch_op.f("ix_batch_recipients_batch_id"))
 
