@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN = $(VENV)/bin
 STAMP = $(VENV)/.installed-stamp
 
-.PHONY: sandbox test lint bench bench-events install
+.PHONY: sandbox test lint bench bench-events bench-bulk install
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,3 +31,6 @@ bench: $(STAMP)
 
 bench-events: $(STAMP)
 	$(BIN)/python bench/events_delivery.py
+
+bench-bulk: $(STAMP)
+	$(BIN)/python bench/bulk.py
