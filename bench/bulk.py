@@ -656,7 +656,7 @@ def report(results: dict[str, Any]) -> str:
         "",
         "sends/s: (n - 1) / (last - first) over each message's first send in the run (the batch and the",
         "single OTP) as the simulator received them; middle 80 %: the same between the sends at 10 % and",
-        f"90 %. % of limit: sends/s over the limit. The gateway's limiter paces at rate per {LIMITER_WINDOW} s,",
+        f"90 %. % of limit: sends/s over the limit. The limiter paces at rate per {LIMITER_WINDOW} s,",
         f"so its steady ceiling is {100 / LIMITER_WINDOW:.1f} %; a run can start with a burst of up to 5",
         "slices (rate / 4) saved up while idle, which lifts a short run above 100 %. max in 1 s: the most",
         "sends, repeats included, in any [t, t + 1 s) at the simulator (its own 130429 rule). met?: >= 98 %",
