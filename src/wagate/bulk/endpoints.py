@@ -3,13 +3,13 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Depends, Header, Request
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from wagate.accounts.auth import Principal, account_member
 from wagate.bulk import service
 from wagate.bulk.schemas import SendBulkRequest, SendBulkResponse
 from wagate.idempotency import service as idempotency
+from wagate.idempotency.http import answer_once
 from wagate.responses import FastJSONResponse as JSONResponse
 
 router = APIRouter()
@@ -39,26 +39,9 @@ async def send_bulk(
     idempotency_key: str | None = Header(None),
 ) -> JSONResponse:
     state = request.app.state
-    if idempotency_key is None:
-        return await _accept(state, principal, body, None)
-    idem = idempotency.IdempotentRequest(
-        api_key_id=principal.api_key_id,
-        key=idempotency.validate_key(idempotency_key),
-        request_hash=idempotency.request_hash(request.url.path, body.model_dump(mode="json")),
+    return await answer_once(
+        request, principal, body, idempotency_key, lambda idem: _accept(state, principal, body, idem)
     )
-    async with state.idempotency_in_flight.hold(idem):
-        async with state.db.read() as session:
-            stored = await idempotency.find_response(session, idem)
-        if stored is not None:
-            return JSONResponse(stored.body, status_code=stored.status_code)
-        try:
-            return await _accept(state, principal, body, idem)
-        except IntegrityError:
-            async with state.db.read() as session:
-                stored = await idempotency.find_response(session, idem)
-            if stored is None:
-                raise
-            return JSONResponse(stored.body, status_code=stored.status_code)
 
 
 async def _accept(

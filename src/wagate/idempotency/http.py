@@ -1,0 +1,45 @@
+"""The Idempotency-Key rules of API.md for an accepting endpoint (POST messages, POST bulk_messages)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi import Request
+from pydantic import BaseModel
+from sqlalchemy.exc import IntegrityError
+
+from wagate.accounts.auth import Principal
+from wagate.idempotency import service as idempotency
+from wagate.responses import FastJSONResponse as JSONResponse
+
+Accept = Callable[[idempotency.IdempotentRequest | None], Awaitable[JSONResponse]]
+
+
+async def answer_once(
+    request: Request, principal: Principal, body: BaseModel, key: str | None, accept: Accept
+) -> JSONResponse:
+    """`accept(idem)` the request, unless its key was answered already (the same answer again) or is
+    being answered right now (409). `accept` stores its response with the key in its own transaction."""
+    if key is None:
+        return await accept(None)
+    state: Any = request.app.state
+    idem = idempotency.IdempotentRequest(
+        api_key_id=principal.api_key_id,
+        key=idempotency.validate_key(key),
+        request_hash=idempotency.request_hash(request.url.path, body.model_dump(mode="json")),
+    )
+    async with state.idempotency_in_flight.hold(idem):
+        async with state.db.read() as session:
+            stored = await idempotency.find_response(session, idem)
+        if stored is not None:
+            return JSONResponse(stored.body, status_code=stored.status_code)
+        try:
+            return await accept(idem)
+        except IntegrityError:
+            # Another process stored the same key first; its response is the answer.
+            async with state.db.read() as session:
+                stored = await idempotency.find_response(session, idem)
+            if stored is None:
+                raise
+            return JSONResponse(stored.body, status_code=stored.status_code)
