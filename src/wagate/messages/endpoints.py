@@ -79,11 +79,12 @@ async def _accept(
     )
     response = {"id": prepared.message_id, "sent_as": prepared.sent_as.value, "status": "sent"}
     dispatcher = state.dispatcher
-    # The fast path: when this process sends for the channel and has a free slot, the row is stored
-    # already claimed and the call starts right after the commit, without a claim of its own.
-    reserved = dispatcher.reserve_send(prepared.channel_id)
+    # The fast path: when this process sends for the channel and its window has room (a batch under
+    # way takes none of it), the row is stored already claimed and the call starts right after the
+    # commit, without a claim of its own.
+    slot = dispatcher.reserve_send(prepared.channel_id)
     claim = None
-    if reserved is not None:
+    if slot is not None:
         locked_until = utcnow() + timedelta(seconds=dispatcher.in_flight_lease_seconds)
         claim = service.SendClaim(dispatcher.worker_id, locked_until)
 
@@ -101,11 +102,9 @@ async def _accept(
         return job_id
 
     job_id = await state.db.write(unit)
-    if reserved is not None:
-        lane, hold = reserved
-        lane.send_now(
-            ClaimedSend(job_id, prepared.message_id, prepared.upstream_body, 1, prepared.priority), hold
-        )
+    if slot is not None:
+        claimed = ClaimedSend(job_id, prepared.message_id, prepared.upstream_body, 1, prepared.priority)
+        slot.start(claimed)
     else:
         dispatcher.wake(prepared.channel_id)
     if prepared.announced:

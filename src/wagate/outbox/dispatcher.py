@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import socket
 import time
@@ -27,7 +28,7 @@ from wagate.lookups import Lookups
 from wagate.outbox import jobs, sends
 from wagate.outbox.event_lane import EventLane
 from wagate.outbox.limiter import SlidingWindowLimiter
-from wagate.outbox.models import JobKind, JobState, OutboxJob
+from wagate.outbox.models import JobKind, JobState, OutboxJob, Priority
 from wagate.outbox.notify import listen_outbox
 from wagate.outbox.ownership import ownership_for
 from wagate.outbox.retry import CHANNEL_THROTTLED
@@ -39,11 +40,23 @@ log = logging.getLogger(__name__)
 
 POLL_SECONDS = 1.0
 MAX_CLAIM = 500  # sends claimed at once
-# Rows for the next slices are claimed while fewer than 4 slices' worth wait, up to 8 slices' worth:
-# enough to cover a claim that waits behind a busy writer (PostgreSQL at 200/s). A single send does
-# not wait for that: the API's wake-up makes the lane claim at once, and it goes first.
-CLAIM_AHEAD_SLICES = 8
+# Rows for the coming half second are claimed ahead (at most MAX_CLAIM), again whenever fewer than
+# half of that wait: a claim that waits behind a busy writer or a slow commit then costs no sends.
+# Not more: after a crash, rows claimed but never sent wait out their lease like sent ones.
+CLAIM_AHEAD_SECONDS = 0.5
 CONFIG_REFRESH_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class SendSlot:
+    """Room in a lane's window for a single send, held while the API stores it already claimed."""
+
+    lane: ChannelLane
+    hold: float  # the limiter's stamp for it
+
+    def start(self, claimed: sends.ClaimedSend) -> None:
+        """The send is stored: call Meta now."""
+        self.lane.send_now(claimed, self.lane.limiter.settle(self.hold))
 
 
 @dataclass
@@ -84,25 +97,25 @@ class ChannelLane:
         return max(16, 2 * self.limiter.rate)
 
     def wake(self) -> None:
-        """New rows were stored for the channel (a single send, most likely): claim them now."""
+        """New rows were stored for the channel (a batch, or sends the lane could not take): claim
+        them now."""
         self.claim_now = True
         self.wake_event.set()
 
-    def reserve(self) -> float | None:
-        """Hold one send slot for a message the API will store already claimed (see send_now)."""
-        ready = self.config is not None and not self.stopping and time.monotonic() >= self.throttled_until
-        if not ready or len(self.calls) >= self.max_in_flight or self.limiter.available() < 1:
+    def reserve(self) -> SendSlot | None:
+        """Room for a single send the API will store already claimed and start at once (no token
+        needed: see the limiter). None when the lane cannot send it now: the row is stored ready, the
+        lane is woken, and it claims the row ahead of every bulk send at the window's next room."""
+        if self.config is None or self.stopping or time.monotonic() < self.throttled_until:
             return None
-        return self.limiter.reserve(1)
+        if len(self.calls) >= self.max_in_flight:
+            return None
+        hold = self.limiter.reserve()
+        return SendSlot(self, hold) if hold is not None else None
 
-    def send_now(
-        self, claimed: sends.ClaimedSend, hold: float | None = None, stamp: float | None = None
-    ) -> None:
-        """Call Meta for a claimed send: `hold` is the fast path's slot, which counts from now;
-        `stamp`, the slot the round already recorded for it."""
-        if hold is not None:
-            stamp = self.limiter.settle(hold, 1, 1)
-        if self.config is None:  # cannot happen after reserve(); the row is settled as orphaned
+    def send_now(self, claimed: sends.ClaimedSend, stamp: float) -> None:
+        """Call Meta for a claimed send whose slot the limiter logged at `stamp`."""
+        if self.config is None:  # cannot happen once a round or reserve() ran
             return
         call = asyncio.create_task(self._call(self.config, claimed, stamp))
         self.calls.add(call)
@@ -116,9 +129,7 @@ class ChannelLane:
         await asyncio.wait({self.task}, timeout=2.0)
         self.task.cancel()
         await asyncio.gather(self.task, return_exceptions=True)
-        if self.claimed:
-            unsent, self.claimed = [c.job_id for c in self.claimed], deque()
-            await self.dispatcher.db.write(lambda session: sends.unclaim(session, unsent))
+        await self._give_back_claimed()
         if self.calls:
             await asyncio.wait(self.calls, timeout=self.dispatcher.settings.upstream_timeout_seconds + 1)
         self.recorder.cancel()
@@ -163,33 +174,61 @@ class ChannelLane:
         """
         pause = self.throttled_until - time.monotonic()
         if pause > 0:
+            # Meta throttles the channel for up to a minute: what waits here goes back, so its lease
+            # cannot run out while it waits (the lane claims it again, first, after the pause).
+            await self._give_back_claimed()
             await asyncio.sleep(pause)
         config = await self._load_config()
         if config is None or self.stopping:
             return False
         while len(self.calls) >= self.max_in_flight:
             await asyncio.wait(self.calls, return_when=asyncio.FIRST_COMPLETED)
-        if self.claim_now or len(self.claimed) < CLAIM_AHEAD_SLICES // 2 * self.limiter.slice_rate:
+        self._start_sends()  # what may go now goes before the claim's round trip to the database
+        if self.claim_now or len(self.claimed) < self._claim_ahead_size() // 2:
             self.claim_now = False
             await self._claim_ahead()
         if not self.claimed:
             return False
-        wait = self.limiter.wait_time()
+        wait = self.limiter.wait_time(single=self._single_first())
         if wait > 0:
-            await asyncio.sleep(wait)
-        count = min(self.limiter.available(), len(self.claimed), self.max_in_flight - len(self.calls))
-        if count > 0 and not self.stopping:
-            stamp = self.limiter.record(count)
-            for _ in range(count):
-                self.send_now(self.claimed.popleft(), stamp=stamp)
+            # A wake-up (a single send stored meanwhile) ends the wait: it needs no token, only a claim.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake_event.wait(), timeout=wait)
+        if not self.stopping:
+            self._start_sends()
         return True
 
+    def _single_first(self) -> bool:
+        return bool(self.claimed) and self.claimed[0].priority < Priority.bulk
+
+    def _start_sends(self) -> None:
+        """Start what the limiter allows now: single sends first, as far as the window has room, then
+        bulk ones as far as the tokens go."""
+        while self.claimed:
+            single = self._single_first()
+            count = min(
+                self.limiter.available(single=single),
+                self.max_in_flight - len(self.calls),
+                sum(1 for c in self.claimed if c.priority < Priority.bulk) if single else len(self.claimed),
+            )
+            if count <= 0:
+                return
+            stamp = self.limiter.record(count)
+            for _ in range(count):
+                self.send_now(self.claimed.popleft(), stamp)
+
+    def _claim_ahead_size(self) -> int:
+        return min(MAX_CLAIM, math.ceil(CLAIM_AHEAD_SECONDS * self.limiter.rate))
+
+    async def _give_back_claimed(self) -> None:
+        """Rows claimed ahead that will not be sent now: ready again, for this lane or another."""
+        if self.claimed:
+            unsent, self.claimed = [c.job_id for c in self.claimed], deque()
+            await self.dispatcher.db.write(lambda session: sends.unclaim(session, unsent))
+
     async def _claim_ahead(self) -> None:
-        """Claim up to CLAIM_AHEAD_SLICES' worth (at most MAX_CLAIM); single sends go before bulk ones."""
-        wanted = min(MAX_CLAIM, CLAIM_AHEAD_SLICES * self.limiter.slice_rate) - len(self.claimed)
-        limit = max(wanted, self.limiter.slice_rate)  # always room for the new single sends
-        if limit < 1:
-            return
+        """Claim the coming half second's sends (at most MAX_CLAIM); single sends go before bulk ones."""
+        limit = max(self._claim_ahead_size() - len(self.claimed), self.limiter.slice_rate)
         lease = self.dispatcher.in_flight_lease_seconds
 
         def claim(session: Session) -> list[sends.ClaimedSend]:
@@ -312,11 +351,10 @@ class Dispatcher:
         """How long a claimed send stays `in_flight`: the call's timeout, then the grace for a webhook."""
         return self.settings.upstream_timeout_seconds + self.settings.unconfirmed_send_grace_seconds
 
-    def reserve_send(self, channel_id: int) -> tuple[ChannelLane, float] | None:
-        """The lane that will send a new single message the moment it is stored, with its slot's hold."""
+    def reserve_send(self, channel_id: int) -> SendSlot | None:
+        """A slot in the lane that will send a new single message as soon as it is stored."""
         lane = self.lanes.get(channel_id)
-        hold = lane.reserve() if lane is not None else None
-        return (lane, hold) if lane is not None and hold is not None else None
+        return lane.reserve() if lane is not None else None
 
     def owns(self, channel_id: int) -> bool:
         """Whether this process sends for the channel, so no other needs waking for it."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections import deque
@@ -19,6 +20,10 @@ class SlidingWindowLimiter:
     50 ms instead of 80 at once and then waiting, with one claim per slice. It holds up to
     `BURST_SLICES` slices: a round that comes late takes what accrued meanwhile, instead of losing the
     slices it missed.
+
+    Single sends (OTPs) answer only to the promise: they may go whenever the window has room, and the
+    tokens they take are owed by the bulk sends that follow (down to `-burst`), so a batch neither
+    delays an OTP nor, counted over its run, goes faster because of one.
     """
 
     SLICES = 20
@@ -46,19 +51,22 @@ class SlidingWindowLimiter:
                 self._tokens = min(self.burst, self._tokens + accrued)
             self._filled_at = now
 
-    def available(self, now: float | None = None) -> int:
+    def available(self, now: float | None = None, *, single: bool = False) -> int:
+        """How many sends may start now: bulk ones need tokens, single ones only room in the window."""
         now = time.monotonic() if now is None else now
         self._update(now)
-        return max(0, min(self.rate - len(self._sent), math.floor(self._tokens)))
+        room = self.rate - len(self._sent)
+        return max(0, room if single else min(room, math.floor(self._tokens)))
 
-    def wait_time(self, now: float | None = None) -> float:
-        """Seconds until a slice's worth of sends (or what the window still has room for) may go."""
+    def wait_time(self, now: float | None = None, *, single: bool = False) -> float:
+        """Seconds until a slice's worth of sends (or what the window still has room for) may go;
+        for a single send, until the window has room for one."""
         now = time.monotonic() if now is None else now
         self._update(now)
         waits = []
         if len(self._sent) >= self.rate:
             waits.append(self._sent[-self.rate] + self.window - now)
-        if self._tokens < self.slice_rate:
+        if not single and self._tokens < self.slice_rate:
             waits.append((self.slice_rate - self._tokens) * self.PACE / self.rate)
         return max(0.0, max(waits)) + 1e-4 if waits else 0.0
 
@@ -66,7 +74,7 @@ class SlidingWindowLimiter:
         """Log `count` sends decided now; returns their stamp (for `restamp`)."""
         now = time.monotonic() if now is None else now
         self._update(now)
-        self._tokens -= count
+        self._tokens = max(-self.burst, self._tokens - count)
         self._sent.extend([now] * count)
         return now
 
@@ -79,18 +87,19 @@ class SlidingWindowLimiter:
             return
         self._sent.append(now)  # nothing is logged later than now: the log stays in order
 
-    def reserve(self, count: int) -> float:
-        """Hold `count` slots while a send is being stored; returns the hold's stamp."""
+    def reserve(self) -> float | None:
+        """Hold a slot for a single send while it is being stored: its stamp, or None when the
+        window is full."""
         stamp = time.monotonic()
-        self.record(count, stamp)
-        return stamp
+        if self.available(stamp, single=True) < 1:
+            return None
+        return self.record(1, stamp)
 
-    def settle(self, stamp: float, reserved: int, used: int) -> float:
-        """Turn a hold into the sends that really start now; returns their stamp."""
-        for _ in range(reserved):
-            try:
-                self._sent.remove(stamp)
-            except ValueError:  # already out of the window
-                break
-        self._tokens += reserved
-        return self.record(used)
+    def settle(self, hold: float) -> float:
+        """The held slot's send starts now, and counts from now; returns its stamp (for `restamp`)."""
+        now = time.monotonic()
+        self._update(now)
+        with contextlib.suppress(ValueError):  # not there: the hold is already out of the window
+            self._sent.remove(hold)
+        self._sent.append(now)
+        return now
