@@ -2,7 +2,8 @@
 
 Shared by the tests that must run the gateway as an operator would, in a process of its own: the crash
 tests (SIGKILL and restart) and the pacing tests (the gateway's timing must not share the test
-process's GIL). The simulator stays in the test process (the session's `simulator` fixture).
+process's GIL). The simulator stays in the test process (the session's `simulator` fixture), except
+for the pacing tests, which run one in a process of its own (`simulator_process`).
 
 The fixtures here are taken into a test module by assignment (`provisioned = gateway_process.provisioned`),
 so pytest finds them there; a module may define its own `provisioned` instead (another provisioning file),
@@ -31,7 +32,7 @@ import psycopg
 import pytest
 from cryptography.fernet import Fernet
 
-from support import ADMIN_TOKEN, APP_SECRET, VERIFY_TOKEN, Simulator, provision_file
+from support import ADMIN_TOKEN, APP_SECRET, GLOBEX, MAIN, SECOND, VERIFY_TOKEN, Simulator, provision_file
 
 WAGATE = Path(sys.executable).with_name("wagate")
 # One key for every process on a module's database: provisioning encrypts the channels' tokens with it.
@@ -149,18 +150,8 @@ class GatewayProcess:
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-        deadline = time.monotonic() + timeout
-        with httpx.Client(timeout=1.0) as http:
-            while True:
-                if self.proc.poll() is not None:
-                    raise AssertionError(f"wagate serve exited with {self.proc.returncode}\n{self.logs()}")
-                with contextlib.suppress(httpx.TransportError):
-                    if http.get(f"{self.url}/healthz").status_code == 200:
-                        self.start_seconds = time.monotonic() - began
-                        return
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"wagate serve not ready within {timeout} s\n{self.logs()}")
-                time.sleep(0.05)
+        wait_ready(self.proc, f"{self.url}/healthz", timeout, self.logs)
+        self.start_seconds = time.monotonic() - began
 
     def kill(self) -> None:
         """SIGKILL: no shutdown code runs, whatever the process was doing is cut off where it stood."""
@@ -180,6 +171,51 @@ class GatewayProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(timeout=10)
+
+
+def wait_ready(proc: subprocess.Popen[bytes], url: str, timeout: float, logs: Callable[[], str]) -> None:
+    """Until `url` answers 200; fails with the process's logs if it exits or takes too long."""
+    deadline = time.monotonic() + timeout
+    with httpx.Client(timeout=1.0) as http:
+        while True:
+            if proc.poll() is not None:
+                raise AssertionError(f"{proc.args} exited with {proc.returncode}\n{logs()}")
+            with contextlib.suppress(httpx.TransportError):
+                if http.get(url).status_code == 200:
+                    return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{url} not ready within {timeout} s\n{logs()}")
+            time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def simulator_process(log_dir: Path) -> Iterator[Simulator]:
+    """`wagate simulator` in a process of its own, with the session simulator's channels.
+
+    For tests that judge timing by the simulator's stamps: in the test process, its event loop shares
+    the GIL with the test's own polling, and a stamp can come late by as long as that holds it.
+    """
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WAGATE_")}
+    env["WAGATE_LOG_LEVEL"] = "warning"  # no line per request
+    log_path = log_dir / "simulator.log"
+    args = [str(WAGATE), "simulator", "--port", str(port), "--app-secret", APP_SECRET]
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(args, env=env, cwd=log_dir, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(proc, f"{url}/_sim/config", 30.0, lambda: tail(log_path))
+        with httpx.Client(timeout=10) as http:
+            for channel in (MAIN, SECOND, GLOBEX):
+                http.post(f"{url}/_sim/channels", json=channel).raise_for_status()
+            yield Simulator(url, http)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
 
 
 @pytest.fixture

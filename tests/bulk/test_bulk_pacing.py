@@ -2,17 +2,17 @@
 overtake it.
 
 The gateway runs as `wagate serve` in a process of its own (migrate, provision, serve, as in
-tests/gateway_process.py), so the test process's GIL does not disturb its timing; the simulator, in the
-test process, stamps every send it accepts (`received_monotonic`), and the status webhooks go back to the
-gateway as Meta's would. Each channel has a phone number id of its own, so the simulator's log for it
-holds only this module's sends. While a batch runs, the test polls the simulator for one number at a
+tests/gateway_process.py), and so does the simulator (`wagate simulator`), so the test process's GIL
+disturbs neither the gateway's timing nor the simulator's stamp of each send it accepts
+(`received_monotonic`); the status webhooks go back to the gateway as Meta's would. Each channel has
+a phone number id of its own. While a batch runs, the test polls the simulator for one number at a
 time, so that serving a long log does not stall the simulator and shift its stamps.
 
 - No sliding 1-second window (as the simulator's own rate limit counts it: [t, t + 1 s)) holds more than
   the channel's rate, and the batch as a whole goes at no less than 98 % of it: (count - 1) / (last -
   first).
-- A single OTP posted while a batch is being sent on its channel reaches Meta within half a second of
-  its 201, and the batch goes on after it.
+- A single OTP posted while a batch is being sent on its channel reaches Meta within 250 ms of its 201
+  (it needs only room in the window, not a turn after the batch), and the batch goes on after it.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from gateway_process import (
     provision,
     register_channel,
     sim_sends,
+    simulator_process,
     simulator_wiring,
 )
 from support import ADMIN_TOKEN, Simulator, new_number, provision_file, wait_for
@@ -46,6 +47,13 @@ RATES = {"Paced40": 40, "Paced200": 200}  # channel name: messages_per_second
 BATCH_SECONDS = 4.5
 OTP = {"name": "otp_code", "language": "en", "parameters": ["123456"]}
 HEADERS = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+
+@pytest.fixture(scope="module")
+def simulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Simulator]:
+    """This module's own simulator, in a process of its own (replaces the session's)."""
+    with simulator_process(tmp_path_factory.mktemp("bulk-pacing-simulator")) as sim:
+        yield sim
 
 
 @pytest.fixture(scope="module")
@@ -186,12 +194,7 @@ def test_a_batch_keeps_to_the_channel_rate(
     )
     assert most <= batch.rate, f"{most} sends in one second on a channel allowed {batch.rate}"
     wait_completed(gateway, provisioned, batch)
-    short = achieved < 0.98 * batch.rate
-    if short and provisioned.database_url.startswith("postgresql") and batch.rate >= 200:
-        # Known and open (issue 4): on PostgreSQL the lane's claims wait behind the single writer, and
-        # at 200/s and more a run now and then ends at 95-98 % of the rate. Reported, not hidden.
-        pytest.xfail(f"PostgreSQL at {batch.rate}/s reached {achieved:.2f}/s (< 98 %), a known gap")
-    assert not short, f"{achieved:.2f}/s on a channel allowed {batch.rate}/s"
+    assert achieved >= 0.98 * batch.rate, f"{achieved:.2f}/s on a channel allowed {batch.rate}/s"
 
 
 def test_a_single_send_goes_before_the_batch(
@@ -231,7 +234,7 @@ def test_a_single_send_goes_before_the_batch(
         f"after, the last {max(batch_times) - at:.2f} s later; most in any 1 s window {most} with the OTP, "
         "{} without; the batch at {:.2f}/s".format(*pace(batch_times))
     )
-    assert at - answered <= 0.5, f"the OTP reached Meta {at - answered:.3f} s after its 201"
+    assert at - answered <= 0.25, f"the OTP reached Meta {at - answered:.3f} s after its 201"
     # Well before the batch's end, and the batch goes on after it (at least another second of it).
     assert len(after) >= batch.rate, (len(before), len(after))
     wait_completed(gateway, provisioned, batch)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
@@ -234,6 +235,30 @@ def test_one_session_is_reused_across_requests(sim: RunningServer) -> None:
         assert session.closed
 
     asyncio.run(run())
+
+
+def test_an_urgent_send_does_not_queue_for_a_connection_behind_bulk_ones(sim: RunningServer) -> None:
+    """Every pooled connection of the bulk session is held by a slow call and one more waits for them;
+    an urgent send (an OTP) has a pool of its own and is answered at once."""
+
+    async def run() -> tuple[float, list[bool]]:
+        async with CloudApiClient(sim.base_url + "/v23.0", pool_limit=2, urgent_pool_limit=1) as client:
+            bulk = [
+                asyncio.create_task(client.send_message(PHONE_NUMBER_ID, TOKEN, text_message(number, "b")))
+                for number in (MAGIC_SLOW, MAGIC_SLOW, TO)
+            ]
+            await asyncio.sleep(0.3)  # the slow calls hold both connections; the third waits
+            began = time.monotonic()
+            result = await client.send_message(PHONE_NUMBER_ID, TOKEN, text_message(TO, "otp"), urgent=True)
+            took = time.monotonic() - began
+            assert result.wamid
+            done = [task.done() for task in bulk]
+            await asyncio.gather(*bulk)
+            return took, done
+
+    took, bulk_done = asyncio.run(run())
+    assert bulk_done == [False, False, False]  # still waiting when the urgent send was answered
+    assert took < 1.0, took
 
 
 def test_fail_next_can_target_one_recipient(sim: RunningServer) -> None:

@@ -257,7 +257,12 @@ class ChannelLane:
     async def _send(self, config: ChannelConfig, claimed: sends.ClaimedSend) -> sends.Outcome:
         client = self.dispatcher.client
         try:
-            result = await client.send_message(config.phone_number_id, config.access_token, claimed.body)
+            result = await client.send_message(
+                config.phone_number_id,
+                config.access_token,
+                claimed.body,
+                urgent=claimed.priority < Priority.bulk,
+            )
         except ThrottlingError as exc:
             self.throttle_count += 1
             self.throttled_until = time.monotonic() + CHANNEL_THROTTLED.delay(self.throttle_count)

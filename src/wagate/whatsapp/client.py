@@ -30,8 +30,9 @@ MAX_TEMPLATE_PAGES = 1000
 class CloudApiClient:
     """Calls ``{base_url}/{phone_number_id}/messages`` and ``{base_url}/{waba_id}/message_templates``.
 
-    One instance per event loop: the aiohttp session is created lazily inside the running loop and
-    must be closed with :meth:`close` in that same loop.
+    One instance per event loop: the aiohttp sessions are created lazily inside the running loop and
+    must be closed with :meth:`close` in that same loop. Urgent sends (single messages, OTPs) have a
+    session and connection pool of their own, so they never queue for a connection behind a batch.
     """
 
     def __init__(
@@ -41,19 +42,24 @@ class CloudApiClient:
         timeout: float = 15.0,
         connect_timeout: float | None = None,
         pool_limit: int = 100,
+        urgent_pool_limit: int = 20,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self.connect_timeout = connect_timeout if connect_timeout is not None else min(timeout, 10.0)
-        self.pool_limit = pool_limit
-        self._session: aiohttp.ClientSession | None = None
+        self.pool_limits = {False: pool_limit, True: urgent_pool_limit}
+        self._sessions: dict[bool, aiohttp.ClientSession] = {}  # by urgency
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def _get_session(self) -> aiohttp.ClientSession:
+    def _get_session(self, urgent: bool = False) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
-        if self._session is None or self._session.closed or self._loop is not loop:
-            connector = aiohttp.TCPConnector(limit=self.pool_limit, limit_per_host=self.pool_limit)
-            self._session = aiohttp.ClientSession(
+        if self._loop is not loop:
+            self._sessions, self._loop = {}, loop
+        session = self._sessions.get(urgent)
+        if session is None or session.closed:
+            limit = self.pool_limits[urgent]
+            connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit)
+            session = self._sessions[urgent] = aiohttp.ClientSession(
                 connector=connector,
                 timeout=aiohttp.ClientTimeout(
                     total=None,
@@ -64,14 +70,13 @@ class CloudApiClient:
                 # JSON is encoded with orjson; aiohttp's own serializer is never used.
                 raise_for_status=False,
             )
-            self._loop = loop
-        return self._session
+        return session
 
     async def close(self) -> None:
-        if self._session is not None and not self._session.closed:
-            await self._session.close()
-        self._session = None
-        self._loop = None
+        sessions, self._sessions, self._loop = self._sessions, {}, None
+        for session in sessions.values():
+            if not session.closed:
+                await session.close()
 
     async def __aenter__(self) -> CloudApiClient:
         return self
@@ -79,10 +84,12 @@ class CloudApiClient:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    async def send_message(self, phone_number_id: str, access_token: str, body: dict[str, Any]) -> SendResult:
+    async def send_message(
+        self, phone_number_id: str, access_token: str, body: dict[str, Any], *, urgent: bool = False
+    ) -> SendResult:
         """Send one message; returns Meta's wamid or raises an :class:`UpstreamError`."""
         url = f"{self.base_url}/{phone_number_id}/messages"
-        status, payload = await self._request("POST", url, access_token, orjson.dumps(body))
+        status, payload = await self._request("POST", url, access_token, orjson.dumps(body), urgent=urgent)
         if status != 200:
             raise error_from_response(status, payload)
         try:
@@ -120,9 +127,11 @@ class CloudApiClient:
             url = next_url if isinstance(next_url, str) and next_url else None
         return records
 
-    async def _request(self, method: str, url: str, access_token: str, data: bytes | None) -> tuple[int, Any]:
+    async def _request(
+        self, method: str, url: str, access_token: str, data: bytes | None, *, urgent: bool = False
+    ) -> tuple[int, Any]:
         """Return (status, parsed JSON or None); map transport failures to NotDelivered/Unconfirmed."""
-        session = self._get_session()
+        session = self._get_session(urgent)
         headers = {"Authorization": f"Bearer {access_token}", "Accept": "application/json"}
         if data is not None:
             headers["Content-Type"] = "application/json"
