@@ -43,6 +43,10 @@ class Settings(BaseSettings):
     event_retry_base_seconds: float = Field(5.0, gt=0, le=8)
     # Finished deliveries and their attempts stay readable this long, then a periodic job purges them.
     delivery_retention_days: int = Field(7, ge=1)
+    # A batch is refused (429 `rate_limited`, with Retry-After) while the channel's bulk sends still
+    # waiting, with the new batch's, would take longer than this at its messages_per_second: a queue
+    # that would deliver "urgent" news hours late is better refused. Single sends are never refused.
+    bulk_backlog_max_seconds: float = Field(4 * 3600.0, gt=0)
     log_level: str = "info"
     # FastAPI's native OpenTelemetry (traces, metrics, logs through the global providers). Off by
     # default: even unconfigured it looks the providers up on every request.

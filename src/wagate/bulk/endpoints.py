@@ -30,7 +30,11 @@ def administrator(principal: Principal = Depends(account_member)) -> Principal:
     "/accounts/{account_id}/whatsapp/bulk_messages",
     status_code=202,
     response_model=SendBulkResponse,
-    responses={**ERRORS, 409: {"description": "Idempotency-Key in use"}},
+    responses={
+        **ERRORS,
+        409: {"description": "Idempotency-Key in use"},
+        429: {"description": "The channel's queue is full (WAGATE_BULK_BACKLOG_MAX_SECONDS); see Retry-After"},
+    },
 )
 async def send_bulk(
     body: SendBulkRequest,

@@ -8,6 +8,7 @@ it waits to be handed to Meta; that moment, recorded with the send outcomes, wri
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -21,7 +22,13 @@ from wagate.bulk.models import Batch, BatchRecipient, BatchStatus
 from wagate.bulk.schemas import MAX_RECIPIENTS, SendBulkRequest
 from wagate.config import Settings
 from wagate.db import isoformat, table_of, utcnow
-from wagate.errors import BatchNotFound, InvalidPhoneNumber, TemplateParametersMismatch, TooManyRecipients
+from wagate.errors import (
+    BatchNotFound,
+    InvalidPhoneNumber,
+    RateLimited,
+    TemplateParametersMismatch,
+    TooManyRecipients,
+)
 from wagate.events.models import DeliveryKind, EventKind
 from wagate.events.publish import NewDelivery, webhook_key_prefix, write_deliveries
 from wagate.events.subscriptions import Subscriptions, read_subscriptions
@@ -64,6 +71,37 @@ class PreparedBatch:
             "accepted": accepted,
             "rejected": len(self.recipients) - accepted,
         }
+
+
+async def admit(lookups: Lookups, *, channel_id: int, rate: int, adding: int, settings: Settings) -> None:
+    """429 `rate_limited` when the channel's waiting bulk sends and `adding` more would take longer
+    than `bulk_backlog_max_seconds` at `rate`; Retry-After says when enough of them will have gone."""
+    allowed = math.floor(settings.bulk_backlog_max_seconds * max(1, rate))
+    if adding > allowed:  # no wait makes room for it: a channel this slow takes smaller batches
+        raise RateLimited(
+            f"This channel sends {rate} messages per second: at most {allowed} of a batch can wait at once.",
+            headers={"Retry-After": str(math.ceil(settings.bulk_backlog_max_seconds))},
+        )
+    # Counted no further than the limit needs: a large backlog costs one bounded index scan.
+    waiting_rows = (
+        select(OutboxJob.id)
+        .where(
+            OutboxJob.channel_id == channel_id,
+            OutboxJob.state.in_(_WAITING),
+            OutboxJob.priority == Priority.bulk,
+        )
+        .limit(allowed - adding + 1)
+        .subquery()
+    )
+    async with lookups.db.read() as session:
+        waiting = await session.scalar(select(func.count()).select_from(waiting_rows)) or 0
+    if waiting + adding > allowed:
+        retry_after = math.ceil((waiting + adding - allowed) / max(1, rate))
+        raise RateLimited(
+            f"This channel already has {waiting} bulk messages waiting; the batch would wait more than "
+            f"{settings.bulk_backlog_max_seconds:g} s. Retry after {retry_after} s.",
+            headers={"Retry-After": str(retry_after)},
+        )
 
 
 async def prepare_batch(
@@ -138,6 +176,8 @@ async def prepare_batch(
             f"Template '{ref.name}' takes {len(template.variables)} parameters; not every recipient's match.",
             details=mismatches[:50],
         )
+    rate = channel.messages_per_second
+    await admit(lookups, channel_id=channel.id, rate=rate, adding=len(sends), settings=settings)
     return PreparedBatch(
         batch_id,
         principal.account_id,
