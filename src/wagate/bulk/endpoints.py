@@ -33,7 +33,7 @@ def administrator(principal: Principal = Depends(account_member)) -> Principal:
     responses={
         **ERRORS,
         409: {"description": "Idempotency-Key in use"},
-        429: {"description": "The channel's queue is full (WAGATE_BULK_BACKLOG_MAX_SECONDS); see Retry-After"},
+        429: {"description": "The channel's bulk queue is full; see Retry-After"},
     },
 )
 async def send_bulk(
