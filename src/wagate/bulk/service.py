@@ -8,7 +8,10 @@ it waits to be handed to Meta; that moment, recorded with the send outcomes, wri
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -19,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from wagate.accounts.auth import Principal
 from wagate.bulk.models import Batch, BatchRecipient, BatchStatus
-from wagate.bulk.schemas import MAX_RECIPIENTS, SendBulkRequest
+from wagate.bulk.schemas import MAX_RECIPIENTS, BulkRecipient, SendBulkRequest
 from wagate.config import Settings
 from wagate.db import isoformat, table_of, utcnow
 from wagate.errors import (
@@ -35,11 +38,12 @@ from wagate.events.subscriptions import Subscriptions, read_subscriptions
 from wagate.ids import new_id
 from wagate.lookups import Lookups
 from wagate.messages.models import Message, MessageStatus
-from wagate.messages.schemas import format_amount
+from wagate.messages.schemas import TemplateRef, format_amount
 from wagate.messages.service import BoundTemplate, PreparedSend, build_send, checked_callback, store_sends
 from wagate.outbox.models import JobKind, JobState, OutboxJob, Priority
 from wagate.phones import normalize_phone_number
 from wagate.security import SecretBox
+from wagate.templates.models import Template
 from wagate.templates.service import require_approved
 from wagate.templates.variables import bind_parameters
 
@@ -130,6 +134,44 @@ async def prepare_batch(
         request.status_callback, lookups=lookups, settings=settings, box=secret_box
     )
     subscriptions = await lookups.subscriptions()
+    build = functools.partial(
+        build_send,
+        account_id=principal.account_id,
+        channel_id=channel.id,
+        text=None,
+        conversation_status=request.conversation_status,
+        status_callback=callback,
+        settings=settings,
+        subscriptions=subscriptions,
+        priority=Priority.bulk,
+        batch_id=batch_id,
+    )
+    # Tens of milliseconds of CPU for 1000 numbers: off the event loop, so that single sends accepted
+    # meanwhile are not held up by it.
+    recipients, sends, mismatches = await asyncio.to_thread(_bind_recipients, given, ref, template, build)
+    if mismatches:
+        raise TemplateParametersMismatch(
+            f"Template '{ref.name}' takes {len(template.variables)} parameters; not every recipient's match.",
+            details=mismatches[:50],
+        )
+    rate = channel.messages_per_second
+    await admit(lookups, channel_id=channel.id, rate=rate, adding=len(sends), settings=settings)
+    return PreparedBatch(
+        batch_id,
+        principal.account_id,
+        channel.id,
+        BoundTemplate(template, {}, ref.parameters),
+        sends,
+        recipients,
+        subscriptions,
+    )
+
+
+def _bind_recipients(
+    given: list[BulkRecipient], ref: TemplateRef, template: Template, build: Callable[..., PreparedSend]
+) -> tuple[list[tuple[str, str | None, str | None]], list[PreparedSend], list[dict[str, str]]]:
+    """Each recipient's number and parameters checked, and its send built: (recipients in request
+    order, sends, parameter mismatches)."""
     recipients: list[tuple[str, str | None, str | None]] = []
     sends: list[PreparedSend] = []
     mismatches: list[dict[str, str]] = []
@@ -156,37 +198,10 @@ async def prepare_batch(
             )
             mismatches.append({"field": where, "issue": values})
             continue
-        send = build_send(
-            account_id=principal.account_id,
-            channel_id=channel.id,
-            phone_number=number,
-            text=None,
-            bound=BoundTemplate(template, values, parameters),
-            conversation_status=request.conversation_status,
-            status_callback=callback,
-            settings=settings,
-            subscriptions=subscriptions,
-            priority=Priority.bulk,
-            batch_id=batch_id,
-        )
+        send = build(phone_number=number, bound=BoundTemplate(template, values, parameters))
         sends.append(send)
         recipients.append((number, send.message_id, None))
-    if mismatches:
-        raise TemplateParametersMismatch(
-            f"Template '{ref.name}' takes {len(template.variables)} parameters; not every recipient's match.",
-            details=mismatches[:50],
-        )
-    rate = channel.messages_per_second
-    await admit(lookups, channel_id=channel.id, rate=rate, adding=len(sends), settings=settings)
-    return PreparedBatch(
-        batch_id,
-        principal.account_id,
-        channel.id,
-        BoundTemplate(template, {}, ref.parameters),
-        sends,
-        recipients,
-        subscriptions,
-    )
+    return recipients, sends, mismatches
 
 
 def store_batch(session: Session, batch: PreparedBatch, *, notify_others: bool = True) -> None:
