@@ -8,7 +8,8 @@ For each backend and each rate:
 2. `POST .../whatsapp/bulk_messages` of N distinct valid numbers (template otp_code) with the
    administrator key: the time to its 202;
 3. optionally one single OTP (`POST .../whatsapp/messages`) mid-batch: from its 201 to its arrival at
-   the simulator, and how many bulk sends arrived in between (singles go before bulk);
+   the simulator, and how many bulk sends arrived in between (singles go before bulk); and OTPs one
+   after another while the batch's POST is under way: how long the batch's storing holds them up;
 4. a wait until the simulator has every send and `GET .../bulk_messages/{batch_id}` says completed;
 5. from the simulator's log (its CLOCK_MONOTONIC at receipt, the same clock as this process's): the
    sends per second from the first send of the run to the last, and between the 10 % and 90 % ones;
@@ -38,6 +39,7 @@ import json
 import math
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -441,11 +443,13 @@ def run_once(ctx: Context, run: int) -> dict[str, Any]:
     groups = cpu_groups(ctx)
     before = cpu_snapshot([pid for group in groups.values() for pid in group])
     posts: list[Answer] = []
-    for body in bodies:
-        answer = api(stack, "POST", bulk_path(stack), body)
-        if answer.status != 202:
-            raise RuntimeError(f"{name}: the batch answered {answer.status}: {answer.body}")
-        posts.append(answer)
+    with singles_meanwhile(stack, settings.single) as during:
+        for body in bodies:
+            answer = api(stack, "POST", bulk_path(stack), body)
+            if answer.status != 202:
+                raise RuntimeError(f"{name}: the batch answered {answer.status}: {answer.body}")
+            posts.append(answer)
+    expected_total += len(during)
     spy = None
     if settings.py_spy is not None:
         settings.py_spy.mkdir(parents=True, exist_ok=True)
@@ -495,6 +499,7 @@ def run_once(ctx: Context, run: int) -> dict[str, Any]:
     expected = dict(bulk_ids)
     if single is not None:
         expected[single[1].body["id"]] = single[0]
+    expected.update({answer.body["id"]: number for number, answer in during})
     # Each message's first send (the log is in order of receipt), and every send since the POST.
     first_records: dict[str, dict[str, Any]] = {}
     for record in upstream:
@@ -519,7 +524,11 @@ def run_once(ctx: Context, run: int) -> dict[str, Any]:
         for view, post in zip(views, posts, strict=True)
     ]
     figures["completed"] = all(view["status"] == "completed" for view in views)
-    times = [float(r["received_monotonic"]) for r in run_records]
+    meanwhile = {answer.body["id"] for _, answer in during}
+    # The rate is the batch's (and the mid-batch OTP's): OTPs sent while it was stored may come first.
+    times = [
+        float(r["received_monotonic"]) for r in run_records if r["biz_opaque_callback_data"] not in meanwhile
+    ]
     if len(times) >= 2:
         figures["spacing"] = spacing_figures(times, every_send, rate)
         figures["202_to_first_send_ms"] = round(1000 * (min(times) - posts[0].answered), 1)
@@ -527,12 +536,53 @@ def run_once(ctx: Context, run: int) -> dict[str, Any]:
     figures["throttled_sends"] = len(throttled) if ctx.reader is not None else None
     if single is not None:
         figures["single"] = single_figures(single, run_records, bulk_ids)
+    figures["during_post"] = during_post_figures(during, first_records)
     figures["peak_rss_mb"] = peak_rss_mb(stack.server.pid)
     spacing = figures.get("spacing", {})
     figures["rate_met"] = spacing.get("pct_of_limit", 0.0) >= 100 * TARGET_SHARE
     figures["window_met"] = spacing.get("max_in_any_1s_window", math.inf) <= rate
     figures["ok"] = figures["checks"]["lost"] == 0 and figures["checks"]["sent_twice"] == 0
     return figures
+
+
+@contextlib.contextmanager
+def singles_meanwhile(stack: GatewayStack, enabled: bool) -> Iterator[list[tuple[str, Answer]]]:
+    """Single OTPs one after another (each waits for its 201) while the batch's POST is answered."""
+    sent: list[tuple[str, Answer]] = []
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.is_set():
+            sent.append(send_single(stack))
+
+    thread = threading.Thread(target=loop, name="singles-meanwhile", daemon=True)
+    if enabled:
+        thread.start()
+    try:
+        yield sent
+    finally:
+        stop.set()
+        if enabled:
+            thread.join(timeout=30)
+
+
+def during_post_figures(
+    during: list[tuple[str, Answer]], first_records: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
+    """The OTPs sent while the batch was being stored: their slowest POST -> 201 and 201 -> Meta."""
+    if not during:
+        return {"count": 0}
+    to_201 = [1000 * (answer.answered - answer.started) for _, answer in during]
+    to_meta = [
+        1000 * (float(first_records[answer.body["id"]]["received_monotonic"]) - answer.answered)
+        for _, answer in during
+        if answer.body["id"] in first_records
+    ]
+    return {
+        "count": len(during),
+        "max_post_to_201_ms": round(max(to_201), 1),
+        "max_201_to_upstream_ms": round(max(to_meta), 1) if to_meta else None,
+    }
 
 
 def single_figures(
@@ -620,6 +670,14 @@ def _verdict(run: dict[str, Any]) -> str:
     return "yes" if not misses else "no (" + ", ".join(misses) + ")"
 
 
+def _meanwhile(figures: dict[str, Any]) -> str:
+    if not figures.get("count"):
+        return "-"
+    return (
+        f"{figures['count']}, {_f(figures['max_post_to_201_ms'])} / {_f(figures['max_201_to_upstream_ms'])}"
+    )
+
+
 def report(results: dict[str, Any]) -> str:
     s = results["settings"]
     lines = [
@@ -631,8 +689,9 @@ def report(results: dict[str, Any]) -> str:
         "",
         "| backend | limit/s | run | POST->202 ms | 202->1st send ms | sends/s | middle 80 %/s | % of limit "
         "| max in 1 s | longest gap ms | met? | 202->completed s | OTP 201->upstream ms | bulk ahead of OTP "
-        "| 130429 | lost | dup | serve CPU% | sim CPU% | db CPU% | others% | peak RSS MB |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| OTPs while stored: n, max POST->201 / 201->upstream ms | 130429 | lost | dup | serve CPU% "
+        "| sim CPU% | db CPU% | others% | peak RSS MB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for run in results["runs"]:
         sp = run.get("spacing", {})
@@ -648,7 +707,8 @@ def report(results: dict[str, Any]) -> str:
             f"| {_f(sp.get('max_in_any_1s_window'))} | {_f(sp.get('longest_gap_ms'))} | {_verdict(run)} "
             f"| {_f(completed, 3) if first['status'] == 'completed' else 'not completed'} "
             f"| {_f(single.get('201_to_upstream_ms'))} | {_f(single.get('bulk_sent_between_post_and_it'))} "
-            f"| {_f(run['throttled_sends'])} | {run['checks']['lost']} | {run['checks']['sent_twice']} "
+            f"| {_meanwhile(run.get('during_post', {}))} | {_f(run['throttled_sends'])} "
+            f"| {run['checks']['lost']} | {run['checks']['sent_twice']} "
             f"| {_f(cpu.get('server_pct'))} | {_f(cpu.get('simulator_pct'))} | {_f(cpu.get('postgres_pct'))} "
             f"| {_f(cpu.get('other_pct'))} | {_f(run['peak_rss_mb'])} |"
         )
@@ -663,6 +723,8 @@ def report(results: dict[str, Any]) -> str:
         "of the limit and max in 1 s <= the limit. 202->completed: from the 202 to the batch's",
         "completed_at. OTP 201->upstream: from the single's 201 to its arrival at the simulator (< 0 when",
         "it arrived before the 201 was read); bulk ahead: bulk sends that arrived between its POST and it.",
+        "OTPs while stored: single OTPs posted one after another while the batch's POST was under way, the",
+        "slowest of their POST -> 201 and of their 201 -> arrival at the simulator.",
         "130429: outbox rows refused by the simulator's limit (--sim-limit only). dup: messages sent more",
         "than once. CPU% is of ONE core from the POST to the last send; others = the rest of the machine",
         "meanwhile. peak RSS: serve's VmHWM.",
