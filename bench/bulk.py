@@ -91,6 +91,8 @@ class Settings(argparse.Namespace):
     single: bool
     single_at: float
     sim_limit: bool
+    sim_latency: float
+    receipt_margin: float | None
     statuses: bool
     warmup: int
     timeout: float
@@ -134,6 +136,19 @@ def parse_args(argv: list[str] | None = None) -> Settings:
         "--sim-limit",
         action="store_true",
         help="set the simulator's rate_limit_per_second to the channel's rate (an excess becomes 130429)",
+    )
+    parser.add_argument(
+        "--sim-latency",
+        type=float,
+        default=0.0,
+        help="the simulator answers each send this many seconds after it was received (the real Cloud "
+        "API takes a few hundred milliseconds)",
+    )
+    parser.add_argument(
+        "--receipt-margin",
+        type=float,
+        default=None,
+        help="the gateway's WAGATE_UPSTREAM_RECEIPT_MARGIN_SECONDS (unset: each send counts from its answer)",
     )
     parser.add_argument(
         "--no-statuses",
@@ -626,13 +641,18 @@ def warm_up(stack: GatewayStack, count: int) -> None:
 
 
 def measure(settings: Settings, backend: str, rate: int, url: str | None, db_name: str | None) -> list[Any]:
-    with GatewayStack(database_url=url, messages_per_second=rate) as stack:
+    extra_env = {}
+    if settings.receipt_margin is not None:
+        extra_env["WAGATE_UPSTREAM_RECEIPT_MARGIN_SECONDS"] = str(settings.receipt_margin)
+    with GatewayStack(database_url=url, messages_per_second=rate, extra_env=extra_env) as stack:
         if not settings.statuses:
             stack.sim_configure(auto_statuses=False)
         log(f"{backend} at {rate}/s: gateway up in {stack.startup_seconds:.1f} s; warm-up")
         warm_up(stack, settings.warmup)
         if settings.sim_limit:
             stack.sim_configure(rate_limit_per_second=rate)
+        if settings.sim_latency:
+            stack.sim_configure(response_latency_seconds=settings.sim_latency)
         with contextlib.ExitStack() as cleanup:
             reader = cleanup.enter_context(outbox_reader(stack)) if settings.sim_limit else None
             ctx = Context(settings, backend, rate, stack, db_name, reader)
@@ -684,7 +704,9 @@ def report(results: dict[str, Any]) -> str:
         "",
         f"bulk pacing benchmark, {results['date']}, {CPU_COUNT} CPUs, {s['batches']} batch(es) of "
         f"{s['recipients']} per run, single OTP mid-batch: {'yes' if s['single'] else 'no'}, simulator "
-        f"limit: {'= channel rate' if s['sim_limit'] else 'off'}, status webhooks: "
+        f"limit: {'= channel rate' if s['sim_limit'] else 'off'}, simulator latency: {s['sim_latency']:g} s, "
+        f"receipt margin: {'none' if s['receipt_margin'] is None else s['receipt_margin']}, "
+        "status webhooks: "
         f"{'on' if s['statuses'] else 'off'}",
         "",
         "| backend | limit/s | run | POST->202 ms | 202->1st send ms | sends/s | middle 80 %/s | % of limit "
@@ -768,6 +790,8 @@ def main(argv: list[str] | None = None) -> int:
             "single": settings.single,
             "single_at": settings.single_at,
             "sim_limit": settings.sim_limit,
+            "sim_latency": settings.sim_latency,
+            "receipt_margin": settings.receipt_margin,
             "statuses": settings.statuses,
             "warmup": settings.warmup,
         },

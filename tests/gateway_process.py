@@ -243,6 +243,7 @@ def simulator_wiring(simulator: Simulator) -> Iterator[Callable[[str], None]]:
             webhook_url=before["webhook_url"],
             status_delays=before["status_delays"],
             slow_response_seconds=before["slow_response_seconds"],
+            response_latency_seconds=before["response_latency_seconds"],
             webhook_retry_cap=before["webhook_retry_cap"],
             rate_limit_per_second=before["rate_limit_per_second"],
             fail_next={"count": 0, "code": 0},

@@ -34,6 +34,10 @@ class Settings(BaseSettings):
     idempotency_ttl_seconds: int = 24 * 3600
     # Timeout for one call to the Cloud API.
     upstream_timeout_seconds: float = 15.0
+    # How the pacing counts a send (outbox/limiter.py). Unset: from Meta's answer, which keeps the
+    # channel's limit whatever the delays, and costs it rate / (1 + Meta's answer time). Set: from the
+    # request's write plus this, when the answer is slower, assuming a request reaches Meta within that.
+    upstream_receipt_margin_seconds: float | None = Field(None, ge=0, le=1)
     # An account webhook is disabled once its attempts have failed, with no success between, at
     # least this many times and for at least this long (the reason is recorded on the webhook).
     webhook_disable_after_failures: int = Field(100, ge=1)

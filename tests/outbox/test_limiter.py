@@ -70,3 +70,54 @@ def test_a_full_window_holds_single_sends_too() -> None:
     assert limiter.available(0.5, single=True) == 0
     # The first of them leaves the window at 1.0 s.
     assert 0.49 < limiter.wait_time(0.5, single=True) <= 0.51
+
+
+def test_a_send_counts_from_its_answer_by_default() -> None:
+    """Meta answers 300 ms after the request left: it may have got it at any moment until then."""
+    limiter = SlidingWindowLimiter(10)
+    stamp = limiter.record(10, 0.0)
+    for _ in range(10):
+        limiter.restamp(stamp, written=0.001, now=0.3)
+    assert limiter.available(1.299, single=True) == 0
+    assert limiter.available(1.301, single=True) == 10
+
+
+def test_with_a_margin_a_slow_answer_holds_the_slot_only_until_shortly_after_the_write() -> None:
+    """The same with a receipt margin: the send counts from its write plus the margin, not from the
+    answer, so the channel is not slowed down by Meta's processing time."""
+    limiter = SlidingWindowLimiter(10, receipt_margin=0.05)
+    stamp = limiter.record(10, 0.0)
+    for _ in range(10):
+        limiter.restamp(stamp, written=0.001, now=0.3)
+    counted_from = 0.001 + limiter.receipt_margin
+    assert limiter.available(counted_from + 0.999, single=True) == 0
+    assert limiter.available(counted_from + 1.001, single=True) == 10
+
+
+def test_a_quick_answer_counts_from_the_answer() -> None:
+    limiter = SlidingWindowLimiter(10, receipt_margin=0.05)
+    stamp = limiter.record(1, 0.0)
+    limiter.restamp(stamp, written=0.001, now=0.02)
+    assert limiter.wait_time(1.0, single=True) == 0.0
+    limiter.record(9, 0.5)
+    assert limiter.available(1.01, single=True) == 0  # 0.02 + 1 s
+    assert limiter.available(1.021, single=True) == 1
+
+
+def test_an_answer_after_the_window_still_counts_the_send() -> None:
+    """Answered 1.5 s after the decision (whose stamp has left the window), written at 1.2 s."""
+    for margin, counted_from in ((None, 1.5), (0.05, 1.25)):
+        limiter = SlidingWindowLimiter(1, receipt_margin=margin)
+        stamp = limiter.record(1, 0.0)
+        assert limiter.available(1.1, single=True) == 1
+        limiter.restamp(stamp, written=1.2, now=1.5)
+        assert limiter.available(counted_from + 0.99, single=True) == 0
+        assert limiter.available(counted_from + 1.01, single=True) == 1
+
+
+def test_a_request_never_written_counts_from_its_decision() -> None:
+    limiter = SlidingWindowLimiter(1)
+    stamp = limiter.record(1, 0.0)
+    limiter.restamp(stamp, written=None, now=0.5)
+    assert limiter.available(0.9, single=True) == 0
+    assert limiter.available(1.01, single=True) == 1

@@ -15,6 +15,7 @@ import os
 import socket
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -76,7 +77,9 @@ class ChannelLane:
     def __init__(self, dispatcher: Dispatcher, channel_id: int) -> None:
         self.dispatcher = dispatcher
         self.channel_id = channel_id
-        self.limiter = SlidingWindowLimiter(80)
+        self.limiter = SlidingWindowLimiter(
+            80, receipt_margin=dispatcher.settings.upstream_receipt_margin_seconds
+        )
         self.config: ChannelConfig | None = None
         self.config_loaded_at = 0.0
         self.wake_event = asyncio.Event()
@@ -244,17 +247,17 @@ class ChannelLane:
         if fresh:
             self.claimed = deque(sorted([*self.claimed, *fresh], key=lambda c: (c.priority, c.job_id)))
 
-    async def _call(self, config: ChannelConfig, claimed: sends.ClaimedSend, stamp: float | None) -> None:
-        outcome = await self._send(config, claimed)
-        if stamp is not None:
-            # Meta got the request somewhere between the decision and its answer: counting it from the
-            # answer keeps every second as Meta counts it within the limit, whatever the delay on the way.
-            self.limiter.restamp(stamp)
+    async def _call(self, config: ChannelConfig, claimed: sends.ClaimedSend, stamp: float) -> None:
+        written: list[float] = []
+        outcome = await self._send(config, claimed, on_sent=lambda: written.append(time.monotonic()))
+        self.limiter.restamp(stamp, written[0] if written else None)
         # Appended after the await: the recorder may have swapped the list in the meantime.
         self.outcomes.append(outcome)
         self.outcome_ready.set()
 
-    async def _send(self, config: ChannelConfig, claimed: sends.ClaimedSend) -> sends.Outcome:
+    async def _send(
+        self, config: ChannelConfig, claimed: sends.ClaimedSend, on_sent: Callable[[], None]
+    ) -> sends.Outcome:
         client = self.dispatcher.client
         try:
             result = await client.send_message(
@@ -262,6 +265,7 @@ class ChannelLane:
                 config.access_token,
                 claimed.body,
                 urgent=claimed.priority < Priority.bulk,
+                on_sent=on_sent,
             )
         except ThrottlingError as exc:
             self.throttle_count += 1

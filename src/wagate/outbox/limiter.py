@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import math
 import time
@@ -11,9 +12,12 @@ from collections import deque
 class SlidingWindowLimiter:
     """A sliding log of send times for the promise, and a token bucket for the pace.
 
-    The log is the promise to Meta: never more than `rate` sends in any second. A send is logged when
-    it is decided and logged again when Meta's answer comes back (`restamp`): Meta received it between
-    the two, so however long the way there took, no second as Meta counts it holds more than `rate`.
+    The log is the promise to Meta: never more than `rate` sends in any second as Meta counts them, by
+    the moment each request reaches it. That moment lies between the write of the request and Meta's
+    answer, so a send is logged when it is decided and moved, once answered (`restamp`), to its answer
+    or to `RECEIPT_MARGIN` after its write, whichever is earlier: the margin covers the way there and
+    its jitter, and the rest of a slow answer (Meta's own processing, a few hundred milliseconds) does
+    not hold the slot, which would cost the channel that share of its rate.
 
     The bucket fills at `rate` per `PACE` seconds (a little slower than the promise, which leaves room
     for that delay) and is drawn a twentieth of that at a time, so a channel at 80/s sends 4 every
@@ -30,8 +34,9 @@ class SlidingWindowLimiter:
     BURST_SLICES = 5
     PACE = 1.01
 
-    def __init__(self, rate: int, *, window: float = 1.0) -> None:
+    def __init__(self, rate: int, *, window: float = 1.0, receipt_margin: float | None = None) -> None:
         self.window = window
+        self.receipt_margin = receipt_margin
         self._sent: deque[float] = deque()
         self.set_rate(rate)
         self._tokens = float(self.slice_rate)
@@ -78,14 +83,20 @@ class SlidingWindowLimiter:
         self._sent.extend([now] * count)
         return now
 
-    def restamp(self, stamp: float, now: float | None = None) -> None:
-        """Move one send logged at `stamp` to now, when its answer came back."""
+    def restamp(self, stamp: float, written: float | None, now: float | None = None) -> None:
+        """A send logged at `stamp` was answered now; `written`: when its request was written (None:
+        it never was, and the decision stays its moment)."""
         now = time.monotonic() if now is None else now
-        try:
+        with contextlib.suppress(ValueError):  # not there: already out of the window
             self._sent.remove(stamp)
-        except ValueError:  # already out of the window
-            return
-        self._sent.append(now)  # nothing is logged later than now: the log stays in order
+        if written is None:  # nothing reached Meta
+            received_by = stamp
+        elif self.receipt_margin is None:
+            received_by = now
+        else:
+            received_by = min(now, written + self.receipt_margin)
+        if received_by > now - self.window:
+            bisect.insort(self._sent, received_by)  # later sends may be logged before it: keep the order
 
     def reserve(self) -> float | None:
         """Hold a slot for a single send while it is being stored: its stamp, or None when the

@@ -8,7 +8,8 @@
   ``access_tokens`` (null = any), ``fail_next {count, code, to?, phone_number_id?}`` (the next
   ``count`` sends, only those to ``to`` / from ``phone_number_id`` when given: 5xx codes answer with
   that HTTP status, 408 accepts but replies late, other codes answer Meta's error with that code),
-  ``slow_response_seconds``, ``webhook_retry_total|initial|cap``, ``webhook_timeout``.
+  ``slow_response_seconds``, ``response_latency_seconds``, ``webhook_retry_total|initial|cap``,
+  ``webhook_timeout``.
 - ``GET /_sim/messages?phone_number_id=&to=&wamid=``: accepted sends, oldest first.
 - ``GET /_sim/stats``: sends per phone_number_id per wall-clock second, the most in any sliding 1 s
   window, and webhook counters; ``GET /_sim/idle?seconds=5`` waits until no webhook is pending.
@@ -66,6 +67,7 @@ class ConfigPatch(_Body):
     access_tokens: list[str] | None = None
     fail_next: FailNext | None = None
     slow_response_seconds: float | None = Field(default=None, ge=0)
+    response_latency_seconds: float | None = Field(default=None, ge=0, le=30)
     webhook_retry_total: float | None = Field(default=None, ge=0)
     webhook_retry_initial: float | None = Field(default=None, gt=0)
     webhook_retry_cap: float | None = Field(default=None, gt=0)
@@ -135,6 +137,7 @@ def build_control_router(state: SimulatorState, sender: WebhookSender) -> APIRou
             "duplicate_statuses",
             "auto_statuses",
             "slow_response_seconds",
+            "response_latency_seconds",
             "webhook_retry_total",
             "webhook_retry_initial",
             "webhook_retry_cap",

@@ -128,6 +128,8 @@ def build_graph_router(state: SimulatorState, sender: WebhookSender) -> APIRoute
         if fault is Fault.SLOW or injected == 408:
             # The message went out; only the reply is late, which is what a client timeout looks like.
             await _late_reply(request, state.config.slow_response_seconds)
+        elif state.config.response_latency_seconds > 0:
+            await asyncio.sleep(state.config.response_latency_seconds)
         return json_response(
             {
                 "messaging_product": "whatsapp",

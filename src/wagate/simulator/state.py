@@ -51,6 +51,9 @@ class SimulatorConfig:
     reorder_statuses: bool = False
     duplicate_statuses: bool = False
     slow_response_seconds: float = 30.0
+    # Every accepted send is answered this long after it was recorded: Meta's own processing and the
+    # way back, which the real Cloud API takes a few hundred milliseconds for.
+    response_latency_seconds: float = 0.0
     # Meta retries undelivered webhooks for days; ten minutes is plenty for a restarted gateway.
     webhook_retry_total: float = 600.0
     webhook_retry_initial: float = 0.2

@@ -14,6 +14,8 @@ appear in any exception text.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
@@ -41,7 +43,9 @@ class CloudApiClient:
         *,
         timeout: float = 15.0,
         connect_timeout: float | None = None,
-        pool_limit: int = 100,
+        # Open calls at once: Meta answers in a few hundred milliseconds, so a channel at 1000/s keeps
+        # about 300 calls open; fewer connections would cap its rate at pool_limit / latency.
+        pool_limit: int = 1000,
         urgent_pool_limit: int = 20,
     ) -> None:
         self.base_url = base_url.rstrip("/")
@@ -61,6 +65,7 @@ class CloudApiClient:
             connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit)
             session = self._sessions[urgent] = aiohttp.ClientSession(
                 connector=connector,
+                trace_configs=[_SENT_TRACE],
                 timeout=aiohttp.ClientTimeout(
                     total=None,
                     connect=self.connect_timeout,
@@ -85,11 +90,22 @@ class CloudApiClient:
         await self.close()
 
     async def send_message(
-        self, phone_number_id: str, access_token: str, body: dict[str, Any], *, urgent: bool = False
+        self,
+        phone_number_id: str,
+        access_token: str,
+        body: dict[str, Any],
+        *,
+        urgent: bool = False,
+        on_sent: Callable[[], None] | None = None,
     ) -> SendResult:
-        """Send one message; returns Meta's wamid or raises an :class:`UpstreamError`."""
+        """Send one message; returns Meta's wamid or raises an :class:`UpstreamError`.
+
+        `on_sent` is called once the request has been written to the connection: from then on Meta
+        may have it (the pacing counts it from that moment).
+        """
         url = f"{self.base_url}/{phone_number_id}/messages"
-        status, payload = await self._request("POST", url, access_token, orjson.dumps(body), urgent=urgent)
+        data = orjson.dumps(body)
+        status, payload = await self._request("POST", url, access_token, data, urgent=urgent, on_sent=on_sent)
         if status != 200:
             raise error_from_response(status, payload)
         try:
@@ -128,7 +144,14 @@ class CloudApiClient:
         return records
 
     async def _request(
-        self, method: str, url: str, access_token: str, data: bytes | None, *, urgent: bool = False
+        self,
+        method: str,
+        url: str,
+        access_token: str,
+        data: bytes | None,
+        *,
+        urgent: bool = False,
+        on_sent: Callable[[], None] | None = None,
     ) -> tuple[int, Any]:
         """Return (status, parsed JSON or None); map transport failures to NotDelivered/Unconfirmed."""
         session = self._get_session(urgent)
@@ -139,7 +162,9 @@ class CloudApiClient:
             # A guard above connect+read, for a server that trickles bytes forever; if it fires we
             # were connected (the connect timeout is shorter), so the outcome is unconfirmed.
             async with asyncio.timeout(self.connect_timeout + self.timeout + 5.0):
-                async with session.request(method, url, data=data, headers=headers) as response:
+                async with session.request(
+                    method, url, data=data, headers=headers, trace_request_ctx=_Sent(on_sent)
+                ) as response:
                     raw = await response.read()
                     status = response.status
         except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
@@ -157,6 +182,33 @@ class CloudApiClient:
         if status == 200 and payload is None:
             raise Unconfirmed("Unreadable reply from the WhatsApp Cloud API", http_status=200)
         return status, payload
+
+
+class _Sent:
+    """A request's `on_sent` callback, called at most once (a body may be written in chunks)."""
+
+    __slots__ = ("callback",)
+
+    def __init__(self, callback: Callable[[], None] | None) -> None:
+        self.callback = callback
+
+    def __call__(self) -> None:
+        callback, self.callback = self.callback, None
+        if callback is not None:
+            callback()
+
+
+async def _on_chunk_sent(
+    _session: aiohttp.ClientSession, context: SimpleNamespace, _params: aiohttp.TraceRequestChunkSentParams
+) -> None:
+    sent = context.trace_request_ctx
+    if isinstance(sent, _Sent):
+        sent()
+
+
+_SENT_TRACE = aiohttp.TraceConfig()
+_SENT_TRACE.on_request_chunk_sent.append(_on_chunk_sent)
+_SENT_TRACE.freeze()
 
 
 def _describe(exc: BaseException, prefix: str) -> str:
