@@ -93,6 +93,7 @@ class Settings(argparse.Namespace):
     sim_limit: bool
     sim_latency: float
     receipt_margin: float | None
+    split_worker: bool
     statuses: bool
     warmup: int
     timeout: float
@@ -143,6 +144,12 @@ def parse_args(argv: list[str] | None = None) -> Settings:
         default=0.0,
         help="the simulator answers each send this many seconds after it was received (the real Cloud "
         "API takes a few hundred milliseconds)",
+    )
+    parser.add_argument(
+        "--split-worker",
+        action="store_true",
+        help="PostgreSQL only: `wagate serve --no-dispatcher` and a `wagate worker` (the sends on a loop of "
+        "their own)",
     )
     parser.add_argument(
         "--receipt-margin",
@@ -390,6 +397,8 @@ class Context:
 def cpu_groups(ctx: Context) -> dict[str, list[int]]:
     assert ctx.stack.server is not None and ctx.stack.sim is not None
     groups = {"server": [ctx.stack.server.pid], "simulator": [ctx.stack.sim.pid]}
+    if ctx.stack.worker is not None:
+        groups["server"].append(ctx.stack.worker.pid)
     if ctx.db_name is not None:
         groups["postgres"] = postgres_backend_pids(ctx.db_name)
     return groups
@@ -644,7 +653,9 @@ def measure(settings: Settings, backend: str, rate: int, url: str | None, db_nam
     extra_env = {}
     if settings.receipt_margin is not None:
         extra_env["WAGATE_UPSTREAM_RECEIPT_MARGIN_SECONDS"] = str(settings.receipt_margin)
-    with GatewayStack(database_url=url, messages_per_second=rate, extra_env=extra_env) as stack:
+    split = settings.split_worker and url is not None
+    stack_options = {"extra_env": extra_env, "split_worker": split}
+    with GatewayStack(database_url=url, messages_per_second=rate, **stack_options) as stack:
         if not settings.statuses:
             stack.sim_configure(auto_statuses=False)
         log(f"{backend} at {rate}/s: gateway up in {stack.startup_seconds:.1f} s; warm-up")
@@ -706,6 +717,7 @@ def report(results: dict[str, Any]) -> str:
         f"{s['recipients']} per run, single OTP mid-batch: {'yes' if s['single'] else 'no'}, simulator "
         f"limit: {'= channel rate' if s['sim_limit'] else 'off'}, simulator latency: {s['sim_latency']:g} s, "
         f"receipt margin: {'none' if s['receipt_margin'] is None else s['receipt_margin']}, "
+        f"PostgreSQL worker apart: {'yes' if s['split_worker'] else 'no'}, "
         "status webhooks: "
         f"{'on' if s['statuses'] else 'off'}",
         "",
@@ -792,6 +804,7 @@ def main(argv: list[str] | None = None) -> int:
             "sim_limit": settings.sim_limit,
             "sim_latency": settings.sim_latency,
             "receipt_margin": settings.receipt_margin,
+            "split_worker": settings.split_worker,
             "statuses": settings.statuses,
             "warmup": settings.warmup,
         },

@@ -88,10 +88,14 @@ class GatewayStack:
     log_level: str = "warning"
     keep_dir: bool = False
     extra_env: dict[str, str] = field(default_factory=dict)
+    # `wagate serve --no-dispatcher` and a `wagate worker` beside it (PostgreSQL): the sends and the
+    # API (with Meta's webhooks) each get an event loop and a core of their own.
+    split_worker: bool = False
 
     workdir: Path = field(init=False)
     sim: ManagedProcess | None = field(init=False, default=None)
     server: ManagedProcess | None = field(init=False, default=None)
+    worker: ManagedProcess | None = field(init=False, default=None)
 
     def __enter__(self) -> GatewayStack:
 
@@ -150,13 +154,13 @@ class GatewayStack:
             raise RuntimeError(f"provisioning synced no templates: {channel}")
         self.account_id = int(account["account_id"])
         self.channel_id = int(channel["channel_id"])
-        self.server = ManagedProcess(
-            "serve",
-            [*wagate, "serve", "--host", LOOPBACK, "--port", str(self.port)],
-            log_dir=self.workdir,
-            env=self.env,
-            cwd=self.workdir,
-        )
+        serve = [*wagate, "serve", "--host", LOOPBACK, "--port", str(self.port)]
+        if self.split_worker:
+            serve.append("--no-dispatcher")
+            self.worker = ManagedProcess(
+                "worker", [*wagate, "worker"], log_dir=self.workdir, env=self.env, cwd=self.workdir
+            )
+        self.server = ManagedProcess("serve", serve, log_dir=self.workdir, env=self.env, cwd=self.workdir)
         self.startup_seconds = wait_http_ok(f"{self.url}/healthz", process=self.server)
 
     @property
@@ -213,7 +217,7 @@ class GatewayStack:
 
     def __exit__(self, *exc_info: object) -> None:
         try:
-            for process in (self.server, self.sim):
+            for process in (self.server, self.worker, self.sim):
                 if process is not None:
                     process.stop()
         finally:
