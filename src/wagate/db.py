@@ -9,6 +9,10 @@ commits. Units are synchronous so that the database decides how to run them chea
 - A batch runs on the writer thread with the blocking driver (pysqlite, psycopg): one hand-off to
   that thread per batch, not one per statement.
 - A unit that raises gets its exception back and stores nothing; the others commit.
+- On PostgreSQL a *large* unit (a bulk batch of up to 1000 messages, about 0.2 s) commits on a second
+  connection and thread of its own, so the small ones (single sends, the dispatcher's claims and
+  results) do not wait behind it. Should the two deadlock, the server rolls one back and it is run
+  again (`run_retrying`). On SQLite there is one writer, so a large unit queues like any other.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import Any, TypeVar, cast
 import orjson
 from sqlalchemy import BigInteger, DateTime, Engine, Integer, MetaData, Table, create_engine, event
 from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Session
 from sqlalchemy.types import TypeDecorator
@@ -38,6 +43,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 # SQLite's writer does not checkpoint inside its commits; the WAL is copied back at most this often.
 CHECKPOINT_SECONDS = 1.0
+# PostgreSQL: deadlock_detected and serialization_failure; the transaction did nothing, run it again.
+RETRYABLE_SQLSTATES = frozenset({"40P01", "40001"})
+RETRY_ATTEMPTS = 3
 UnitOfWork = Callable[[Session], T]
 
 
@@ -185,6 +193,20 @@ def run_units(session: Session, units: list[UnitOfWork[Any]]) -> list[tuple[bool
     return results
 
 
+def run_retrying(engine: Engine, units: list[UnitOfWork[Any]]) -> list[tuple[bool, Any]]:
+    """`run_units` in a session of its own, again when PostgreSQL rolled it all back to break a
+    deadlock (with the large units' connection) or a serialization conflict: nothing was stored."""
+    for attempt in range(1, RETRY_ATTEMPTS + 1):
+        try:
+            with Session(engine, expire_on_commit=False) as session:
+                return run_units(session, units)
+        except DBAPIError as exc:
+            if attempt == RETRY_ATTEMPTS or getattr(exc.orig, "sqlstate", None) not in RETRYABLE_SQLSTATES:
+                raise
+            log.warning("a write was rolled back by the server (%s); running it again", exc.orig)
+    raise AssertionError("unreachable")
+
+
 @dataclass
 class _GroupCommitter:
     """Runs queued units of work in batches, one transaction and one commit per batch.
@@ -257,27 +279,37 @@ class Database:
             # No pre-ping: it costs a round trip per checkout; a dead connection fails its statement
             # and the pool replaces it.
             self.engine = create_async_engine(url, pool_size=pool_size, max_overflow=pool_size, **_JSON)
-            # psycopg serves the same URL in blocking mode.
-            self.write_engine = create_engine(url, pool_size=1, max_overflow=1, **_JSON)
+            # psycopg serves the same URL in blocking mode: one connection for the writer, one for
+            # large units.
+            self.write_engine = create_engine(url, pool_size=2, max_overflow=0, **_JSON)
         # Batches run one at a time on this thread with the blocking driver: a batch is one hand-off
         # from the event loop, not one per statement, and a statement costs a round trip, not also a
         # trip through the event loop. (SQLite connections belong to the thread that made them.)
         self._writer_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wagate-db-writer")
         self.sessionmaker = async_sessionmaker(self.engine, expire_on_commit=False)
         self._committer = _GroupCommitter(self._run_batch)
+        self._large_thread: ThreadPoolExecutor | None = None
+        self._large_committer: _GroupCommitter | None = None
+        if not self.is_sqlite:
+            self._large_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wagate-db-large")
+            self._large_committer = _GroupCommitter(self._run_large_unit, max_batch=1)
         self._last_checkpoint = time.monotonic()
         self._checkpoint_task: asyncio.Task[None] | None = None
 
     async def _run_batch(self, units: list[UnitOfWork[Any]]) -> list[tuple[bool, Any]]:
-        def on_writer_thread() -> list[tuple[bool, Any]]:
-            with Session(self.write_engine, expire_on_commit=False) as session:
-                return run_units(session, units)
-
-        results = await asyncio.get_running_loop().run_in_executor(self._writer_thread, on_writer_thread)
+        results = await asyncio.get_running_loop().run_in_executor(
+            self._writer_thread, lambda: run_retrying(self.write_engine, units)
+        )
         if self.is_sqlite and time.monotonic() - self._last_checkpoint >= CHECKPOINT_SECONDS:
             self._last_checkpoint = time.monotonic()
             self._checkpoint_task = asyncio.create_task(self.checkpoint())
         return results
+
+    async def _run_large_unit(self, units: list[UnitOfWork[Any]]) -> list[tuple[bool, Any]]:
+        assert self._large_thread is not None
+        return await asyncio.get_running_loop().run_in_executor(
+            self._large_thread, lambda: run_retrying(self.write_engine, units)
+        )
 
     async def checkpoint(self) -> None:
         """SQLite: copy the WAL into the database file without holding up the writer (PASSIVE)."""
@@ -293,18 +325,24 @@ class Database:
         async with self.sessionmaker() as session:
             yield session
 
-    async def write(self, unit: UnitOfWork[T], *, first: bool = False) -> T:
+    async def write(self, unit: UnitOfWork[T], *, first: bool = False, large: bool = False) -> T:
         """Run `unit` in a transaction and commit it; the commit is durable when this returns.
 
         Units that come in while a commit is in flight share the next one (group commit); `first`
-        puts a unit ahead of those already waiting (for the dispatcher's own writes).
+        puts a unit ahead of those already waiting (for the dispatcher's own writes); `large` runs it
+        beside them on PostgreSQL (see the module's docstring).
         """
         if inspect.iscoroutinefunction(unit):
             raise TypeError("a unit of work is a plain function of a Session, not a coroutine function")
+        if large and self._large_committer is not None:
+            return await self._large_committer.submit(unit, first=first)
         return await self._committer.submit(unit, first=first)
 
     async def dispose(self) -> None:
         self._committer.close()
+        if self._large_committer is not None and self._large_thread is not None:
+            self._large_committer.close()
+            self._large_thread.shutdown(wait=True)
         if self._checkpoint_task is not None:
             await asyncio.gather(self._checkpoint_task, return_exceptions=True)
         self._writer_thread.shutdown(wait=True)

@@ -67,7 +67,7 @@ async def _accept(
                 ttl_seconds=state.settings.idempotency_ttl_seconds,
             )
 
-    await state.db.write(unit)
+    await state.db.write(unit, large=True)
     dispatcher.wake(batch.channel_id)
     dispatcher.wake_events()
     return JSONResponse(response, status_code=202)

@@ -1,0 +1,103 @@
+"""The write path on PostgreSQL: a large unit (a bulk batch) commits beside the group-commit writer,
+and a write the server rolls back to break a deadlock is run again."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from conftest import make_database
+from wagate.db import Database
+
+
+@pytest.fixture(scope="module")
+def pg_url(tmp_path_factory: pytest.TempPathFactory, postgres_available: bool) -> Iterator[str]:
+    yield from make_database("postgresql", Path(tmp_path_factory.mktemp("pg")), postgres_available)
+
+
+@pytest.fixture
+def table(pg_url: str) -> str:
+    with psycopg.connect(pg_url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS counters")
+        conn.execute("CREATE TABLE counters (id int PRIMARY KEY, value int NOT NULL)")
+        conn.execute("INSERT INTO counters VALUES (1, 0), (2, 0)")
+    return pg_url
+
+
+def values(url: str) -> dict[int, int]:
+    with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://")) as conn:
+        return {row[0]: row[1] for row in conn.execute("SELECT id, value FROM counters")}
+
+
+def test_a_small_write_does_not_wait_for_a_large_one(table: str) -> None:
+    async def scenario() -> tuple[float, float]:
+        db = Database(table, pool_size=2)
+        began = time.monotonic()
+
+        def large(session: Session) -> float:
+            session.execute(text("UPDATE counters SET value = value + 1 WHERE id = 1"))
+            session.execute(text("SELECT pg_sleep(0.8)"))  # a batch of 1000 being stored, slowly
+            return time.monotonic() - began
+
+        def small(session: Session) -> float:
+            session.execute(text("UPDATE counters SET value = value + 1 WHERE id = 2"))
+            return time.monotonic() - began
+
+        try:
+            large_task = asyncio.create_task(db.write(large, large=True))
+            await asyncio.sleep(0.1)
+            small_done = await db.write(small)
+            return small_done, await large_task
+        finally:
+            await db.dispose()
+
+    small_done, large_done = asyncio.run(scenario())
+    assert large_done >= 0.8
+    assert small_done < 0.5, f"the small write took {small_done:.2f} s, behind the large one"
+    assert values(table) == {1: 1, 2: 1}
+
+
+def test_a_write_rolled_back_to_break_a_deadlock_is_run_again(table: str) -> None:
+    """Our unit locks row 1 and then waits for row 2, which another session holds while it waits for
+    row 1. Our unit waits first, so after deadlock_timeout (1 s) the server rolls it back; it runs
+    again once the other has committed, and both increments are there."""
+    other_has_row_2, ours_has_row_1 = threading.Event(), threading.Event()
+    runs: list[float] = []
+
+    def other_session() -> None:
+        with psycopg.connect(table.replace("postgresql+psycopg://", "postgresql://")) as conn:
+            conn.execute("UPDATE counters SET value = value + 10 WHERE id = 2")
+            other_has_row_2.set()
+            ours_has_row_1.wait(10)
+            time.sleep(0.3)  # our unit is waiting for row 2 by now: it waits first
+            conn.execute("UPDATE counters SET value = value + 10 WHERE id = 1")
+            conn.commit()
+
+    def unit(session: Session) -> None:
+        runs.append(time.monotonic())
+        session.execute(text("UPDATE counters SET value = value + 1 WHERE id = 1"))
+        ours_has_row_1.set()
+        other_has_row_2.wait(10)
+        session.execute(text("UPDATE counters SET value = value + 1 WHERE id = 2"))
+
+    async def scenario() -> None:
+        db = Database(table, pool_size=2)
+        try:
+            await db.write(unit, large=True)
+        finally:
+            await db.dispose()
+
+    other = threading.Thread(target=other_session)
+    other.start()
+    asyncio.run(scenario())
+    other.join(10)
+    assert len(runs) == 2, runs
+    assert values(table) == {1: 11, 2: 11}
