@@ -12,6 +12,7 @@ every process and directory made here is removed by the context manager or `stop
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import math
 import os
@@ -488,3 +489,19 @@ def summarize_collapsed(path: Path, top: int = 25) -> dict[str, Any]:
         "own_pct": ranked(own, top),
         "wagate_inclusive_pct": ranked(wagate_frames, top),
     }
+
+
+def no_nan(value: Any) -> Any:
+    """NaN is not JSON: missing figures are written as null."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: no_nan(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [no_nan(v) for v in value]
+    return value
+
+
+def utc_stamp() -> str:
+    """Now, in UTC, to the second, for a report's date."""
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")

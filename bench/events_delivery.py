@@ -47,6 +47,7 @@ from common import (
     free_port,
     http_json,
     latency_summary_ms,
+    no_nan,
     peak_rss_mb,
     postgres_available,
     postgres_backend_pids,
@@ -54,6 +55,7 @@ from common import (
     start_py_spy,
     summarize_collapsed,
     throwaway_postgres_database,
+    utc_stamp,
     wait_for_quiet,
     wait_http_ok,
 )
@@ -494,22 +496,11 @@ def report(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _no_nan(value: Any) -> Any:
-    """NaN is not JSON: missing figures are written as null."""
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _no_nan(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_no_nan(v) for v in value]
-    return value
-
-
 def main(argv: list[str] | None = None) -> int:
     settings = parse_args(argv)
     terminated = sigterm_as_interrupt()
     results: dict[str, Any] = {
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        "date": utc_stamp(),
         "settings": {
             "events": settings.events,
             "warmup": settings.warmup,
@@ -528,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
         return 143 if terminated() else 130
     print(report(results))
     if settings.json is not None:
-        settings.json.write_text(json.dumps(_no_nan(results), indent=2, default=str) + "\n")
+        settings.json.write_text(json.dumps(no_nan(results), indent=2, default=str) + "\n")
         log(f"wrote {settings.json}")
     failed = [name for name, figures in results["backends"].items() if not figures["ok"]]
     if failed:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
 import json
 import math
 import os
@@ -41,6 +40,7 @@ from common import (
     cpu_usage,
     free_port,
     latency_summary_ms,
+    no_nan,
     peak_rss_mb,
     postgres_available,
     postgres_backend_pids,
@@ -49,6 +49,7 @@ from common import (
     start_py_spy,
     summarize_collapsed,
     throwaway_postgres_database,
+    utc_stamp,
     wait_for_quiet,
     wait_http_ok,
 )
@@ -555,17 +556,6 @@ def report(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _no_nan(value: Any) -> Any:
-    """NaN is not JSON: missing figures are written as null."""
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _no_nan(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_no_nan(v) for v in value]
-    return value
-
-
 def machine_info() -> dict[str, Any]:
     model = "unknown"
     try:
@@ -590,7 +580,7 @@ def main(argv: list[str] | None = None) -> int:
     terminated = sigterm_as_interrupt()
     uvloop = install_uvloop()
     results: dict[str, Any] = {
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        "date": utc_stamp(),
         "machine": machine_info(),
         "settings": {
             "quick": settings.quick,
@@ -621,7 +611,7 @@ def main(argv: list[str] | None = None) -> int:
     results["targets"] = evaluate(results)
     print(report(results))
     if settings.json is not None:
-        settings.json.write_text(json.dumps(_no_nan(results), indent=2, default=str) + "\n")
+        settings.json.write_text(json.dumps(no_nan(results), indent=2, default=str) + "\n")
         log(f"wrote {settings.json}")
     return 0
 
