@@ -1,0 +1,24 @@
+"""columns written from data of unbounded size become text
+
+Revision ID: 0007
+Revises: 0006
+Create Date: 2026-11-24 12:20:00.000000
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa  # noqa: F401
+from alembic import op  # noqa: F401
+
+revision: str = "0007"
+down_revision: str | None = "0006"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    pass
+
+
+def downgrade() -> None:
+    pass
