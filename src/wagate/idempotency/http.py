@@ -37,7 +37,9 @@ async def answer_once(
         try:
             return await accept(idem)
         except IntegrityError:
-            # Another process stored the same key first; its response is the answer.
+            # Another process committed the same key after our read: the key's primary key refused
+            # ours, so nothing of this request was stored (see `remember_response`). This is a repeat
+            # of that request: its response, or 422 if the bodies differ.
             async with state.db.read() as session:
                 stored = await idempotency.find_response(session, idem)
             if stored is None:

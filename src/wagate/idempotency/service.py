@@ -71,11 +71,20 @@ async def find_response(session: AsyncSession, request: IdempotentRequest) -> St
 def remember_response(
     session: Session, request: IdempotentRequest, response: StoredResponse, *, ttl_seconds: int
 ) -> None:
+    """Store the response with the key, in the unit that stores what the request did.
+
+    A live row for the key is another request's: it was committed after our `find_response` (by
+    another process, since this one holds the key meanwhile). It stays, the insert hits the primary
+    key, and the whole unit fails with IntegrityError, so nothing of this request is stored;
+    `answer_once` then answers with that row as a repeat.
+    """
     now = utcnow()
-    # An expired row with the same key may still be there until the purge runs.
+    # An expired row for the key may still be there until the purge runs: only that one goes.
     session.execute(
         delete(IdempotencyKey).where(
-            IdempotencyKey.api_key_id == request.api_key_id, IdempotencyKey.key == request.key
+            IdempotencyKey.api_key_id == request.api_key_id,
+            IdempotencyKey.key == request.key,
+            IdempotencyKey.expires_at <= now,
         )
     )
     session.add(

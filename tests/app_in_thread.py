@@ -1,0 +1,66 @@
+"""A migrated, provisioned gateway in a thread, like conftest's `running_gateway`, with its app at hand.
+
+For tests that must look inside the running process while they talk HTTP to it: count the queries
+its engine runs, or put another process's write between two steps of a request. `sql` reads and
+writes the same database beside it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+from cryptography.fernet import Fernet
+from fastapi import FastAPI
+from sqlalchemy import NullPool, create_engine, text
+
+from support import APP_SECRET, VERIFY_TOKEN, Gateway, Simulator, provision_file
+from wagate.accounts.provisioning import ProvisionFile
+from wagate.app import create_app
+from wagate.config import Settings
+from wagate.migrate import migrate, sync_url
+from wagate.operations import run_provision
+from wagate.simulator.server import start_in_thread
+
+
+@contextmanager
+def gateway_with_app(
+    database_url: str, simulator: Simulator, *, run_dispatcher: bool = True, **settings: Any
+) -> Iterator[tuple[Gateway, FastAPI]]:
+    config = Settings(
+        database_url=database_url,
+        graph_api_url=simulator.graph_url,
+        meta_app_secret=APP_SECRET,
+        meta_verify_token=VERIFY_TOKEN,
+        secret_key=Fernet.generate_key().decode(),
+        unconfirmed_send_grace_seconds=3.0,
+        upstream_timeout_seconds=2.0,
+        **settings,
+    )
+    migrate(database_url)
+    provisioned = asyncio.run(run_provision(config, ProvisionFile.model_validate(provision_file())))
+    accounts = {a["name"]: a for a in provisioned["accounts"]}
+    ids = {c["name"].lower(): c["channel_id"] for a in accounts.values() for c in a["channels"]}
+    ids.update(acme=accounts["Acme"]["account_id"], globex=accounts["Globex"]["account_id"])
+    app = create_app(config, run_dispatcher=run_dispatcher)
+    url, stop = start_in_thread(app)
+    try:
+        with httpx.Client(timeout=10) as http:
+            yield Gateway(url, http, simulator, database_url, ids), app
+    finally:
+        stop()
+
+
+def sql(database_url: str, statement: str, **params: Any) -> list[tuple[Any, ...]]:
+    """Run one statement on a connection of the test's own and commit: a read of what the gateway
+    stored, or a write as another process would make it."""
+    engine = create_engine(sync_url(database_url), poolclass=NullPool)
+    try:
+        with engine.begin() as connection:
+            result = connection.execute(text(statement), params)
+            return [tuple(row) for row in result] if result.returns_rows else []
+    finally:
+        engine.dispose()
