@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -90,10 +91,14 @@ class ChannelLane:
         self.outcome_ready = asyncio.Event()
         # Rows claimed ahead of their moment (see _round); given back if the lane stops.
         self.claimed: deque[sends.ClaimedSend] = deque()
+        # Every row this lane holds `in_flight`: claimed ahead, under way, or its outcome not yet
+        # recorded. Their leases are renewed while held, so no process takes one for orphaned.
+        self.holding: set[int] = set()
         self.claim_now = False
         self.stopping = False
         self.task = asyncio.create_task(self._run(), name=f"wagate-lane-{channel_id}")
         self.recorder = asyncio.create_task(self._record_outcomes(), name=f"wagate-record-{channel_id}")
+        self.lease_keeper = asyncio.create_task(self._keep_leases(), name=f"wagate-leases-{channel_id}")
 
     @property
     def max_in_flight(self) -> int:
@@ -120,6 +125,7 @@ class ChannelLane:
         """Call Meta for a claimed send whose slot the limiter logged at `stamp`."""
         if self.config is None:  # cannot happen once a round or reserve() ran
             return
+        self.holding.add(claimed.job_id)
         call = asyncio.create_task(self._call(self.config, claimed, stamp))
         self.calls.add(call)
         call.add_done_callback(self.calls.discard)
@@ -136,7 +142,8 @@ class ChannelLane:
         if self.calls:
             await asyncio.wait(self.calls, timeout=self.dispatcher.settings.upstream_timeout_seconds + 1)
         self.recorder.cancel()
-        await asyncio.gather(self.recorder, return_exceptions=True)
+        self.lease_keeper.cancel()
+        await asyncio.gather(self.recorder, self.lease_keeper, return_exceptions=True)
         await self._flush_outcomes()  # rows left in_flight are settled after the grace period
 
     async def _load_config(self) -> ChannelConfig | None:
@@ -228,24 +235,72 @@ class ChannelLane:
         if self.claimed:
             unsent, self.claimed = [c.job_id for c in self.claimed], deque()
             await self.dispatcher.db.write(lambda session: sends.unclaim(session, unsent))
+            self.holding.difference_update(unsent)
 
     async def _claim_ahead(self) -> None:
-        """Claim the coming half second's sends (at most MAX_CLAIM); single sends go before bulk ones."""
-        limit = max(self._claim_ahead_size() - len(self.claimed), self.limiter.slice_rate)
+        """Claim the coming half second's sends, single sends before bulk ones.
+
+        The lane never holds more than that, however often it is woken. When it is full and woken
+        for a single send, it trades bulk rows from the end of its queue for waiting single sends, so
+        an OTP does not wait for the queue to drain.
+        """
+        room = self._claim_ahead_size() - len(self.claimed)
+        tail = [] if room > 0 else [c.job_id for c in reversed(self.claimed) if c.priority >= Priority.bulk]
+        limit = room if room > 0 else min(len(tail), self.limiter.slice_rate)
+        if limit <= 0:
+            return
         lease = self.dispatcher.in_flight_lease_seconds
 
-        def claim(session: Session) -> list[sends.ClaimedSend]:
-            return sends.claim_sends(
+        def claim(session: Session) -> tuple[list[sends.ClaimedSend], list[int]]:
+            fresh = sends.claim_sends(
                 session,
                 channel_id=self.channel_id,
                 limit=limit,
                 worker_id=self.dispatcher.worker_id,
                 lease_seconds=lease,
+                singles_only=room <= 0,
             )
+            traded = tail[: len(fresh)] if room <= 0 else []
+            if traded:
+                sends.unclaim(session, traded)
+            return fresh, traded
 
-        fresh = await self.dispatcher.db.write(claim, first=True)
+        fresh, traded = await self.dispatcher.db.write(claim, first=True)
+        if traded:
+            self.claimed = deque(c for c in self.claimed if c.job_id not in set(traded))
+            self.holding.difference_update(traded)
+        # A row is held once: one this lane already holds is never queued a second time.
+        fresh = [c for c in fresh if c.job_id not in self.holding]
         if fresh:
+            self.holding.update(c.job_id for c in fresh)
             self.claimed = deque(sorted([*self.claimed, *fresh], key=lambda c: (c.priority, c.job_id)))
+
+    async def _keep_leases(self) -> None:
+        """Renew the leases of the rows this lane holds, a few times per lease; a row that is no longer
+        this lane's (taken for orphaned while the lane stalled) leaves the queue unsent."""
+        lease = self.dispatcher.in_flight_lease_seconds
+        worker_id = self.dispatcher.worker_id
+        while True:
+            await asyncio.sleep(lease / 4)
+            held = list(self.holding)
+            try:
+                owned = await self.dispatcher.db.write(
+                    partial(sends.renew_leases, job_ids=held, worker_id=worker_id, lease_seconds=lease),
+                    first=True,
+                )
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("renewing the leases of channel %s failed; retrying", self.channel_id)
+                continue
+            # Rows already sent may be gone from the table; only queued ones can still be kept back.
+            lost = {c.job_id for c in self.claimed if c.job_id in set(held) - owned}
+            if lost:
+                log.warning(
+                    "channel %s: %d claimed sends were no longer ours; not sent", self.channel_id, len(lost)
+                )
+                self.claimed = deque(c for c in self.claimed if c.job_id not in lost)
+                self.holding.difference_update(lost)
 
     async def _call(self, config: ChannelConfig, claimed: sends.ClaimedSend, stamp: float) -> None:
         written: list[float] = []
@@ -309,6 +364,7 @@ class ChannelLane:
         except BaseException:
             self.outcomes = batch + self.outcomes  # nothing recorded: keep them for the next try
             raise
+        self.holding.difference_update(o.send.job_id for o in batch)
         if events:
             self.dispatcher.wake_events()
 
@@ -428,7 +484,10 @@ class Dispatcher:
             # Sends orphaned by a crash are judged only once this process has listened for Meta's
             # webhooks for a whole grace period: before that, silence proves nothing.
             if time.monotonic() - self.started_at >= self.settings.unconfirmed_send_grace_seconds:
-                released = await self.db.write(lambda s: sends.release_unconfirmed(s, subscriptions))
+                held = {job for lane in self.lanes.values() for job in lane.holding}
+                released = await self.db.write(
+                    lambda s: sends.release_unconfirmed(s, subscriptions, held=held)
+                )
                 if released:
                     self.wake_events()
             for kind in (JobKind.sync_templates, JobKind.purge_expired):

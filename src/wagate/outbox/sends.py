@@ -9,6 +9,7 @@ such a row (`settle_sends`); what the grace period does with one that stays unse
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -75,7 +76,13 @@ Outcome = Sent | Retry | Unknown | Rejected
 
 
 def claim_sends(
-    session: Session, *, channel_id: int, limit: int, worker_id: str, lease_seconds: float
+    session: Session,
+    *,
+    channel_id: int,
+    limit: int,
+    worker_id: str,
+    lease_seconds: float,
+    singles_only: bool = False,
 ) -> list[ClaimedSend]:
     """Take up to `limit` due sends of the channel, best priority first, and record the attempt."""
     now = utcnow()
@@ -90,6 +97,8 @@ def claim_sends(
         .order_by(OutboxJob.priority, OutboxJob.id)
         .limit(limit)
     )
+    if singles_only:
+        due = due.where(OutboxJob.priority < Priority.bulk)
     rows = claim_rows(
         session,
         due,
@@ -118,6 +127,27 @@ def unclaim(session: Session, job_ids: list[int]) -> None:
         .where(OutboxJob.id.in_(job_ids), OutboxJob.state == JobState.in_flight)
         .values(state=JobState.ready, attempts=OutboxJob.attempts - 1, locked_by=None, locked_until=None)
     )
+
+
+def renew_leases(session: Session, *, job_ids: list[int], worker_id: str, lease_seconds: float) -> set[int]:
+    """Extend the lease of sends a lane still holds; returns those it still owns.
+
+    A row waiting in a lane (claimed ahead, under way, or its outcome not yet recorded) would
+    otherwise look orphaned once its lease ran out, and `release_unconfirmed` would hand it out again.
+    """
+    if not job_ids:
+        return set()
+    renewed = session.execute(
+        update(OutboxJob)
+        .where(
+            OutboxJob.id.in_(job_ids),
+            OutboxJob.state == JobState.in_flight,
+            OutboxJob.locked_by == worker_id,
+        )
+        .values(locked_until=utcnow() + timedelta(seconds=lease_seconds))
+        .returning(OutboxJob.id)
+    )
+    return set(renewed.scalars())
 
 
 def record_outcomes(
@@ -195,7 +225,9 @@ def apply_parked_statuses(session: Session, wamids: list[str]) -> list[StatusCha
     return apply_status_payloads(session, [p.payload for p in parked], park_unknown=False)
 
 
-def release_unconfirmed(session: Session, subscriptions: Subscriptions | None = None) -> int:
+def release_unconfirmed(
+    session: Session, subscriptions: Subscriptions | None = None, *, held: Collection[int] = ()
+) -> int:
     """Settle sends whose outcome stayed unknown past their grace period, with no status webhook.
 
     `in_flight` past its lease: the process died between recording the attempt and recording the
@@ -204,6 +236,7 @@ def release_unconfirmed(session: Session, subscriptions: Subscriptions | None = 
     `unconfirmed`: Meta answered in a way that leaves it open (timeout, 5xx). It is not sent blindly
     a second time; the message fails with `upstream_unconfirmed`, so a caller polling it (or its
     `after_seconds` callback) can fall back, e.g. to SMS. Returns how many events it wrote.
+    `held`: rows this process's lanes still hold, whatever their lease says; never released.
     """
     now = utcnow()
     rows = (
@@ -221,6 +254,8 @@ def release_unconfirmed(session: Session, subscriptions: Subscriptions | None = 
     changes: list[StatusChange] = []
     handed: list[str] = []
     for job, message in rows:
+        if job.id in held:
+            continue
         settled = message.upstream_message_id is not None or message.status is MessageStatus.failed
         resend = job.state is JobState.in_flight and not SEND_ORPHANED.exhausted(job.attempts)
         if not settled and resend:
