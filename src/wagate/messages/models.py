@@ -67,4 +67,5 @@ class ParkedStatus(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     upstream_message_id: Mapped[str] = mapped_column(String(128), index=True)
     payload: Mapped[dict[str, Any]] = mapped_column(JSON)
-    received_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # Indexed for the purge of statuses no send claimed (messages/parked.py).
+    received_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)

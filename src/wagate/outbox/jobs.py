@@ -16,6 +16,7 @@ from wagate.db import Database, utcnow
 from wagate.events.deliveries import purge_finished
 from wagate.events.subscriptions import Subscriptions
 from wagate.idempotency.service import purge_expired as purge_idempotency_keys
+from wagate.messages.parked import PARKED_STATUS_MAX_AGE, purge_parked_statuses
 from wagate.messages.webhooks import process_webhook_bodies
 from wagate.outbox.models import JobKind, JobState, OutboxJob, Priority, claim_rows
 from wagate.outbox.retry import BACKGROUND
@@ -191,6 +192,9 @@ async def run_periodic_job(
         older_than = utcnow() - delivery_retention
         # In slices, so that a large backlog never makes one long transaction.
         while await db.write(lambda session: purge_finished(session, older_than=older_than)):
+            pass
+        parked_before = utcnow() - PARKED_STATUS_MAX_AGE
+        while await db.write(lambda session: purge_parked_statuses(session, older_than=parked_before)):
             pass
         next_job = OutboxJob(
             kind=JobKind.purge_expired,
