@@ -22,6 +22,7 @@ from wagate.db import Database, sqlite_path
 from wagate.errors import InvalidRequest, MethodNotAllowed, NotFound, NotReady, WagateError
 from wagate.events.endpoints import router as events_router
 from wagate.idempotency.service import InFlightKeys
+from wagate.limits import RequestGuard
 from wagate.lookups import Lookups
 from wagate.messages.endpoints import router as messages_router
 from wagate.outbox.dispatcher import Dispatcher
@@ -67,7 +68,15 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         error: WagateError
-        if exc.status_code == 404:
+        if exc.status_code == 400 and isinstance(exc.__cause__, ValueError | RecursionError):
+            # FastAPI's answer to a body the JSON parser gave up on: integers of more than 4300
+            # digits, nesting past the recursion limit, bytes that are not UTF-8. API.md: a malformed
+            # JSON body is 422 `invalid_request`.
+            error = InvalidRequest(
+                "The request body is not valid JSON (too deeply nested, a number too long, or not UTF-8).",
+                details=[{"field": "body", "issue": "not valid JSON"}],
+            )
+        elif exc.status_code == 404:
             error = NotFound()
         elif exc.status_code == 405:
             error = MethodNotAllowed()
@@ -131,6 +140,11 @@ def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True)
         lifespan=lifespan,
     )
     install_error_handlers(app)
+    app.add_middleware(
+        RequestGuard,
+        max_request_bytes=settings.max_request_bytes,
+        max_webhook_bytes=settings.max_webhook_bytes,
+    )
     for router in (channels_router, templates_router, messages_router, bulk_router, events_router):
         app.include_router(router, prefix="/v1")
     app.router.routes.extend(whatsapp_webhook_routes)

@@ -51,6 +51,10 @@ class Settings(BaseSettings):
     # waiting, with the new batch's, would take longer than this at its messages_per_second: a queue
     # that would deliver "urgent" news hours late is better refused. Single sends are never refused.
     bulk_backlog_max_seconds: float = Field(4 * 3600.0, gt=0)
+    # The largest request body taken, counted while it streams in (413 `payload_too_large` beyond):
+    # for the API and the dashboard, and for Meta's webhooks (a POST may batch many changes).
+    max_request_bytes: int = Field(1024 * 1024, ge=1024)
+    max_webhook_bytes: int = Field(4 * 1024 * 1024, ge=1024)
     log_level: str = "info"
     # FastAPI's native OpenTelemetry (traces, metrics, logs through the global providers). Off by
     # default: even unconfigured it looks the providers up on every request.

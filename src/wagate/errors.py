@@ -84,6 +84,12 @@ class IdempotencyKeyInUse(Conflict):
     message = "A request with this Idempotency-Key is still being processed; retry shortly."
 
 
+class PayloadTooLarge(WagateError):
+    status_code = 413
+    code = "payload_too_large"
+    message = "The request body is too large."
+
+
 class Unprocessable(WagateError):
     status_code = 422
     code = "invalid_request"

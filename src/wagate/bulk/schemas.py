@@ -4,6 +4,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
+from wagate.limits import BodyId, RequestBody
 from wagate.messages.schemas import StatusCallback, TemplateRef
 
 MAX_RECIPIENTS = 1000
@@ -18,10 +19,10 @@ class BulkRecipient(BaseModel):
     )
 
 
-class SendBulkRequest(BaseModel):
+class SendBulkRequest(RequestBody):
     model_config = ConfigDict(extra="forbid")
 
-    channel_id: StrictInt
+    channel_id: BodyId
     template: TemplateRef
     # More than 1000 is refused by the service with `too_many_recipients`, not here.
     phone_numbers: list[str | StrictInt] | None = Field(None, min_length=1)

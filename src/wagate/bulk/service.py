@@ -50,6 +50,8 @@ from wagate.templates.variables import bind_parameters
 RETENTION = timedelta(days=7)
 REJECTED_INVALID_NUMBER = "invalid_phone_number"
 _INSERT_RECIPIENTS = insert(table_of(BatchRecipient))
+# A rejected number is kept as given, which may be anything up to the body limit: cut to the column.
+_NUMBER_COLUMN_LENGTH: int = getattr(BatchRecipient.__table__.c.phone_number.type, "length", None) or 64
 # A send still waiting to be handed to Meta (an `unconfirmed` one was handed).
 _WAITING = (JobState.ready, JobState.in_flight)
 
@@ -180,7 +182,7 @@ def _bind_recipients(
         try:
             number = normalize_phone_number(str(recipient.phone_number))
         except InvalidPhoneNumber:
-            number = str(recipient.phone_number)
+            number = _as_given(recipient.phone_number)
             if number not in seen:
                 seen.add(number)
                 recipients.append((number, None, REJECTED_INVALID_NUMBER))
@@ -202,6 +204,14 @@ def _bind_recipients(
         sends.append(send)
         recipients.append((number, send.message_id, None))
     return recipients, sends, mismatches
+
+
+def _as_given(phone_number: str | int) -> str:
+    """An invalid number as the batch shows it: as given, cut to what its column holds."""
+    given = str(phone_number)
+    if len(given) <= _NUMBER_COLUMN_LENGTH:
+        return given
+    return given[: _NUMBER_COLUMN_LENGTH - 3] + "..."
 
 
 def store_batch(session: Session, batch: PreparedBatch, *, notify_others: bool = True) -> None:

@@ -10,6 +10,7 @@ from wagate.events import service
 from wagate.events.models import DeliveryState
 from wagate.events.schemas import CreateWebhookRequest, UpdateWebhookRequest, delivery_view, webhook_view
 from wagate.events.urls import check_url
+from wagate.limits import Id
 from wagate.responses import FastJSONResponse
 
 router = APIRouter()
@@ -53,7 +54,7 @@ async def create_webhook(
 
 @router.delete("/accounts/{account_id}/webhooks/{webhook_id}", status_code=204)
 async def delete_webhook(
-    webhook_id: int, request: Request, principal: Principal = Depends(administrator)
+    webhook_id: Id, request: Request, principal: Principal = Depends(administrator)
 ) -> Response:
     def unit(session: Session) -> None:
         service.delete_webhook(session, account_id=principal.account_id, webhook_id=webhook_id)
@@ -65,7 +66,7 @@ async def delete_webhook(
 
 @router.patch("/accounts/{account_id}/webhooks/{webhook_id}")
 async def update_webhook(
-    webhook_id: int,
+    webhook_id: Id,
     body: UpdateWebhookRequest,
     request: Request,
     principal: Principal = Depends(administrator),
@@ -95,7 +96,7 @@ async def update_webhook(
 
 @router.get("/accounts/{account_id}/webhooks/{webhook_id}/deliveries")
 async def list_deliveries(
-    webhook_id: int,
+    webhook_id: Id,
     request: Request,
     principal: Principal = Depends(administrator),
     state: DeliveryState | None = None,
@@ -119,7 +120,7 @@ async def list_deliveries(
     "/accounts/{account_id}/webhooks/{webhook_id}/deliveries/{delivery_id}/redeliver", status_code=202
 )
 async def redeliver(
-    webhook_id: int, delivery_id: str, request: Request, principal: Principal = Depends(administrator)
+    webhook_id: Id, delivery_id: str, request: Request, principal: Principal = Depends(administrator)
 ) -> FastJSONResponse:
     state = request.app.state
 

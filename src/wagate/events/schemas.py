@@ -2,20 +2,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import ConfigDict, Field, StrictBool
 
 from wagate.db import isoformat
 from wagate.events.models import Delivery, DeliveryAttempt, EventKind, Webhook
+from wagate.limits import RequestBody
 
 
-class CreateWebhookRequest(BaseModel):
+class CreateWebhookRequest(RequestBody):
     model_config = ConfigDict(extra="forbid")
 
     url: str = Field(min_length=1, max_length=2000)
     events: list[EventKind] = Field(default_factory=lambda: [EventKind.message_updated], min_length=1)
 
 
-class UpdateWebhookRequest(BaseModel):
+class UpdateWebhookRequest(RequestBody):
     model_config = ConfigDict(extra="forbid")
 
     url: str | None = Field(None, min_length=1, max_length=2000)

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import re
 import socket
 from urllib.parse import urlsplit
 
 from wagate.cache import TTLCache
 from wagate.errors import InvalidUrl
+from wagate.limits import CONTROL_CHARACTER
+
+_HOST_LABEL = re.compile(r"(?!-)[a-z0-9_-]{1,63}(?<!-)")
 
 
 def forbidden_address(address: str) -> bool:
@@ -25,26 +29,66 @@ def forbidden_address(address: str) -> bool:
     )
 
 
-async def check_url(
-    url: str, *, allow_private: bool, field: str = "url", public_hosts: TTLCache[str, bool] | None = None
-) -> str:
-    """The URL, if it is http(s) and every address its host resolves to is public (422 `invalid_url`).
+def checked_syntax(url: str, field: str = "url") -> tuple[str, int]:
+    """(host, port) of an http(s) URL that can be connected to, or 422 `invalid_url`.
 
-    Checked when a URL is given and again at delivery, since DNS answers can change. `public_hosts`
-    remembers hosts found public for a while, so a send with a status_callback does not wait for DNS.
+    Checked whatever WAGATE_ALLOW_PRIVATE_URLS says: a URL that cannot be parsed or connected to (a
+    port out of range, a host label over 63 characters, a space or control character) is invalid
+    everywhere, and would otherwise fail later, at every delivery.
     """
-    parts = urlsplit(url)
+
+    def invalid(issue: str) -> InvalidUrl:
+        return InvalidUrl(f"The URL is not valid: {issue}.", details=[{"field": field, "issue": issue}])
+
+    if CONTROL_CHARACTER.search(url) or any(c.isspace() for c in url):
+        raise invalid("it contains a space or a control character")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:  # an unbalanced [ ], a port that is not a number or beyond 65535
+        raise invalid("the host is malformed or the port is not a number from 1 to 65535") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise InvalidUrl(
             "The URL must be an http or https URL with a host.",
             details=[{"field": field, "issue": "not an http(s) URL"}],
         )
+    if port == 0:
+        raise invalid("port 0 cannot be connected to")
+    host = parts.hostname
+    if not _valid_host(host):
+        raise invalid("the host is not a valid host name (labels of 1 to 63 letters, digits or hyphens)")
+    return host, port or (443 if parts.scheme == "https" else 80)
+
+
+def _valid_host(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        pass
+    try:
+        ascii_host = host.encode("idna").decode("ascii")  # also refuses empty and over-long labels
+    except UnicodeError:
+        return False
+    labels = ascii_host.removesuffix(".").split(".")
+    return len(ascii_host) <= 253 and all(_HOST_LABEL.fullmatch(label) for label in labels)
+
+
+async def check_url(
+    url: str, *, allow_private: bool, field: str = "url", public_hosts: TTLCache[str, bool] | None = None
+) -> str:
+    """The URL, if it is a valid http(s) URL and every address its host resolves to is public (422
+    `invalid_url` otherwise; only the second check is lifted by WAGATE_ALLOW_PRIVATE_URLS).
+
+    Checked when a URL is given and again at delivery, since DNS answers can change. `public_hosts`
+    remembers hosts found public for a while, so a send with a status_callback does not wait for DNS.
+    """
+    host, port = checked_syntax(url, field)
     if allow_private:
         return url
-    host = parts.hostname
 
     async def resolve() -> bool:
-        await _require_public(host, parts.port or 443, field)
+        await _require_public(host, port, field)
         return True
 
     if public_hosts is None:
@@ -65,6 +109,7 @@ async def _require_public(host: str, port: int, field: str) -> None:
     addresses = {str(info[4][0]) for info in infos}
     if not addresses or any(forbidden_address(a) for a in addresses):
         raise InvalidUrl(
-            f"The host {host} resolves to a loopback, private, link-local or multicast address.",
+            f"The host {host} resolves to an address that is not public (loopback, private, shared, "
+            "link-local, multicast or reserved).",
             details=[{"field": field, "issue": "resolves to a non-public address"}],
         )

@@ -14,6 +14,7 @@ from wagate.events import service as events
 from wagate.events.schemas import delivery_view
 from wagate.idempotency import service as idempotency
 from wagate.idempotency.http import answer_once
+from wagate.limits import Id
 from wagate.messages import service
 from wagate.messages.schemas import SendMessageRequest, SendMessageResponse
 from wagate.outbox.sends import ClaimedSend
@@ -32,7 +33,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 @router.get("/accounts/{account_id}/whatsapp/messages/window", responses=ERRORS)
 async def check_window(
     request: Request,
-    channel_id: int = Query(...),
+    channel_id: Id,
     phone_number: str = Query(...),
     principal: Principal = Depends(account_member),
 ) -> dict[str, Any]:

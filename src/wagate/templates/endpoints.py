@@ -4,6 +4,7 @@ from fastapi import APIRouter, Depends, Query, Request
 
 from wagate.accounts.auth import Principal, account_member
 from wagate.channels.service import channel_for_member, member_channels
+from wagate.limits import Id
 from wagate.templates import service
 from wagate.templates.schemas import TemplateList, TemplateOut
 
@@ -13,7 +14,7 @@ router = APIRouter()
 @router.get("/accounts/{account_id}/whatsapp/templates", response_model=TemplateList)
 async def list_templates(
     request: Request,
-    channel_id: int | None = Query(None),
+    channel_id: Id | None = Query(None),
     name: str | None = Query(None),
     language: str | None = Query(None),
     category: str | None = Query(None),

@@ -31,8 +31,9 @@ def _error(status: int, code: str, message: str) -> JSONResponse:
 async def verify_subscription(request: Request) -> Response:
     params = request.query_params
     token = request.app.state.settings.meta_verify_token
-    given = params.get("hub.verify_token", "")
-    if params.get("hub.mode") != "subscribe" or not token or not hmac.compare_digest(given, token):
+    # Compared as UTF-8 bytes: compare_digest refuses str with characters beyond ASCII.
+    given = params.get("hub.verify_token", "").encode()
+    if params.get("hub.mode") != "subscribe" or not token or not hmac.compare_digest(given, token.encode()):
         return _error(403, "forbidden", "The verify token does not match.")
     return PlainTextResponse(params.get("hub.challenge", ""))
 

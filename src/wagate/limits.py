@@ -1,0 +1,188 @@
+"""What the gateway accepts at its edge, so that bad input is a clear 4xx and never reaches the database.
+
+- Ids are positive integers that fit the databases' 64-bit integers (`Id`, `BodyId`).
+- No string of a request (path, query, JSON body) holds a C0 control character other than tab, line
+  feed and carriage return: PostgreSQL refuses NUL in text, and none of them means anything in a phone
+  number, a template name or a message.
+- A JSON body is at most `MAX_JSON_DEPTH` levels deep (orjson, which writes responses, the idempotency
+  hash and the JSON columns, stops at 255), and its integers fit in 64 bits (beyond, orjson and the
+  databases cannot hold them: a larger number goes as a string) and its numbers are finite.
+- A request body is at most `max_request_bytes` (`max_webhook_bytes` for Meta's webhooks), counted
+  while it streams in (`RequestGuard`).
+
+Path and query strings are checked by `RequestGuard` before routing; JSON bodies by `RequestBody`, the
+base of every request model, once they are parsed.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Annotated, Any
+from urllib.parse import parse_qsl
+
+import orjson
+from pydantic import BaseModel, Field, model_validator
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from wagate.errors import InvalidRequest, PayloadTooLarge, WagateError
+
+MAX_ID = 2**63 - 1
+MIN_INTEGER = -(2**63)
+MAX_INTEGER = 2**63 - 1
+MAX_JSON_DEPTH = 64
+WEBHOOK_PATH = "/webhooks/whatsapp"
+
+# Ids in paths and queries (parsed from text); in JSON bodies a number is required (BodyId). Declare
+# a parameter as `channel_id: Id` or `channel_id: Id | None = None`: with `= Query(...)` FastAPI drops
+# the bounds.
+Id = Annotated[int, Field(ge=1, le=MAX_ID)]
+BodyId = Annotated[int, Field(strict=True, ge=1, le=MAX_ID)]
+
+CONTROL_CHARACTER = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+CONTROL_CHARACTER_ISSUE = "contains a control character (only tab, line feed and carriage return are allowed)"
+
+
+def json_problem(value: Any, path: tuple[str, ...] = (), depth: int = 0) -> tuple[str, str] | None:
+    """(field, issue) of the first value of a parsed JSON document that breaks the rules above."""
+    if isinstance(value, str):
+        return (_field(path), CONTROL_CHARACTER_ISSUE) if CONTROL_CHARACTER.search(value) else None
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        if MIN_INTEGER <= value <= MAX_INTEGER:
+            return None
+        return _field(path), "an integer beyond 64 bits (send a larger number as a string)"
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (_field(path), "not a finite number")
+    if depth >= MAX_JSON_DEPTH:
+        return _field(path), f"nested deeper than {MAX_JSON_DEPTH} levels"
+    if isinstance(value, dict):
+        for key, item in value.items():
+            where = (*path, str(key))
+            if CONTROL_CHARACTER.search(str(key)):
+                return _field(where), CONTROL_CHARACTER_ISSUE
+            if found := json_problem(item, where, depth + 1):
+                return found
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            if found := json_problem(item, (*path, str(index)), depth + 1):
+                return found
+    return None
+
+
+def _invalid(field: str, issue: str) -> InvalidRequest:
+    return InvalidRequest(
+        f"The request is not valid: {field}: {issue}.", details=[{"field": field, "issue": issue}]
+    )
+
+
+def _field(path: tuple[str, ...]) -> str:
+    return ".".join(path) or "body"
+
+
+class RequestBody(BaseModel):
+    """The base of every JSON request body: the rules above, checked on the whole body at once.
+
+    InvalidRequest is not a ValueError, so pydantic lets it through and the error handler answers
+    it as it is: 422 `invalid_request` naming the field, before any field is validated.
+    """
+
+    @model_validator(mode="before")
+    @classmethod
+    def _within_limits(cls, data: Any) -> Any:
+        if found := json_problem(data):
+            field, issue = found
+            raise _invalid(field, issue)
+        return data
+
+
+def query_problem(scope: Scope) -> tuple[str, str] | None:
+    """(field, issue) of a control character in the request's path or query string."""
+    if CONTROL_CHARACTER.search(scope.get("path", "")):
+        return "path", CONTROL_CHARACTER_ISSUE
+    query = scope.get("query_string", b"").decode("latin-1")
+    if "%" not in query and not CONTROL_CHARACTER.search(query):
+        return None  # nothing escaped, nothing to decode: the common case costs one scan
+    for name, value in parse_qsl(query, keep_blank_values=True):
+        if CONTROL_CHARACTER.search(name):
+            return name, CONTROL_CHARACTER_ISSUE
+        if CONTROL_CHARACTER.search(value):
+            return name, CONTROL_CHARACTER_ISSUE
+    return None
+
+
+class _BodyTooLarge(Exception):
+    """Raised into the app by `receive` once the body passed the limit (the 413 is already sent)."""
+
+
+class RequestGuard:
+    """Pure ASGI middleware: control characters in the path or query are a 422, and a body past its
+    limit a 413 `payload_too_large` as soon as the limit is passed (or announced by Content-Length).
+
+    The body is counted while it streams in, so an endless chunked upload costs at most the limit in
+    memory; the 413 says `Connection: close`, so the server stops reading the rest.
+    """
+
+    def __init__(self, app: ASGIApp, *, max_request_bytes: int, max_webhook_bytes: int) -> None:
+        self.app = app
+        self.max_request_bytes = max_request_bytes
+        self.max_webhook_bytes = max_webhook_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if problem := query_problem(scope):
+            field, issue = problem
+            await _answer(send, _invalid(field, issue))
+            return
+        limit = self.max_webhook_bytes if scope["path"] == WEBHOOK_PATH else self.max_request_bytes
+        announced = Headers(scope=scope).get("content-length", "")
+        # Compared as text first: a Content-Length of thousands of digits is not worth an int().
+        if announced.isdigit() and (len(announced) > 18 or int(announced) > limit):
+            await _answer(send, _too_large(limit), close=True)
+            return
+
+        received = 0
+        started = answered = False
+
+        async def counted_receive() -> Message:
+            nonlocal received, answered
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    if not started:
+                        await _answer(send, _too_large(limit), close=True)
+                        answered = True
+                    raise _BodyTooLarge
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal started
+            if answered:
+                return  # the app's answer to the read that failed: the client has its 413
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, counted_receive, guarded_send)
+        except _BodyTooLarge:
+            if not answered:
+                raise
+
+
+def _too_large(limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge(f"The request body is too large: send at most {limit} bytes.")
+
+
+async def _answer(send: Send, error: WagateError, *, close: bool = False) -> None:
+    body = orjson.dumps(error.body())
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": error.status_code, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
