@@ -1,4 +1,4 @@
-"""The `wagate` command: serve, worker, migrate, provision, templates sync, simulator."""
+"""The `wagate` command: serve, worker, migrate, provision, templates sync, dead-letters, simulator."""
 
 from __future__ import annotations
 
@@ -112,6 +112,20 @@ def templates_sync(
     typer.echo(json.dumps(result, indent=2))
     if any("error" in c for c in result["channels"]):
         raise typer.Exit(1)
+
+
+@app.command("dead-letters")
+def dead_letters(
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="How many to show.")] = 50,
+    before: Annotated[int | None, typer.Option(help="Only older ones: the last id of a page.")] = None,
+) -> None:
+    """What could not be applied after its attempts (e.g. a Meta webhook body): JSON lines, newest first."""
+    from wagate.outbox.dead_letters import read_dead_letters
+
+    settings = get_settings()
+    _logging(settings)
+    for letter in asyncio.run(read_dead_letters(settings.database_url, limit=limit, before=before)):
+        typer.echo(json.dumps(letter, ensure_ascii=False))
 
 
 @app.command()

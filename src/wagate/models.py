@@ -8,6 +8,7 @@ from wagate.db import Base
 from wagate.events.models import Delivery, DeliveryAttempt, EventKind, Webhook
 from wagate.idempotency.models import IdempotencyKey
 from wagate.messages.models import Direction, Message, MessageStatus, ParkedStatus, SentAs
+from wagate.outbox.dead_letters import DeadLetter
 from wagate.outbox.models import JobKind, JobState, OutboxJob, Priority
 from wagate.templates.models import Template
 
@@ -23,6 +24,7 @@ __all__ = [
     "Contact",
     "Conversation",
     "ConversationStatus",
+    "DeadLetter",
     "Delivery",
     "DeliveryAttempt",
     "Direction",

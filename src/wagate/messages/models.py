@@ -66,6 +66,9 @@ class ParkedStatus(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     upstream_message_id: Mapped[str] = mapped_column(String(128), index=True)
+    # The channel whose phone number the status came for: it applies to that channel's message only.
+    # Empty on rows parked before it was kept; those match by wamid alone.
+    channel_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     payload: Mapped[dict[str, Any]] = mapped_column(JSON)
     # Indexed for the purge of statuses no send claimed (messages/parked.py).
     received_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)

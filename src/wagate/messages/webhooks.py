@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import logging
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import or_, select
@@ -26,6 +27,8 @@ from wagate.messages.status import StatusChange, apply_status
 from wagate.phones import normalize_phone_number
 from wagate.whatsapp.payloads import InboundMessage, StatusKind, StatusUpdate, parse_webhook
 
+log = logging.getLogger(__name__)
+
 _STATUS = {
     StatusKind.SENT: MessageStatus.sent,
     StatusKind.DELIVERED: MessageStatus.delivered,
@@ -35,10 +38,15 @@ _STATUS = {
 _ORDER = {MessageStatus.sent: 0, MessageStatus.delivered: 1, MessageStatus.read: 2, MessageStatus.failed: 3}
 
 
-def raw_statuses(body: dict[str, Any]) -> Iterable[dict[str, Any]]:
-    for entry in body.get("entry") or []:
-        for change in entry.get("changes") or []:
-            yield from (change.get("value") or {}).get("statuses") or []
+def _messages_values(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The `value` of each change that `parse_webhook` reads, in its order: changes of other fields
+    (template updates, account alerts) have shapes of their own and nothing for messages."""
+    return [
+        change["value"]
+        for entry in body["entry"]
+        for change in entry["changes"]
+        if change.get("field", "messages") == "messages"
+    ]
 
 
 def _external_error(update: StatusUpdate) -> str | None:
@@ -48,20 +56,37 @@ def _external_error(update: StatusUpdate) -> str | None:
     return f"{error.code}: {error.title or error.message or 'unknown error'}"
 
 
+def _match(
+    update: StatusUpdate, channel_id: int | None, by_wamid: dict[str, Message], by_id: dict[str, Message]
+) -> Message | None:
+    """The message a status is about, among the messages of the channel it came for: by Meta's id, or
+    by ours (biz_opaque_callback_data) while the message's wamid is unknown (its send's reply was lost).
+    A status parked before parked statuses kept their channel (`channel_id` None) goes by Meta's id alone."""
+    message = by_wamid.get(update.id)
+    if message is None and channel_id is not None and update.biz_opaque_callback_data:
+        ours = by_id.get(update.biz_opaque_callback_data)
+        if ours is not None and ours.upstream_message_id is None:
+            message = ours
+    if message is None or channel_id is None or message.channel_id == channel_id:
+        return message
+    return None
+
+
 def apply_status_payloads(
-    session: Session, payloads: list[dict[str, Any]], *, park_unknown: bool = True
+    session: Session, statuses: Sequence[tuple[int | None, dict[str, Any]]], *, park_unknown: bool = True
 ) -> list[StatusChange]:
-    """Apply Meta status objects to our messages; statuses for unknown wamids are parked."""
-    parsed: list[tuple[StatusUpdate, MessageStatus, dict[str, Any]]] = []
-    for payload in payloads:
+    """Apply Meta status objects, each with the id of the channel it came for, to our messages;
+    statuses for wamids not known on their channel are parked."""
+    parsed: list[tuple[StatusUpdate, MessageStatus, int | None, dict[str, Any]]] = []
+    for channel_id, payload in statuses:
         update = StatusUpdate.from_dict(payload)
         status = _STATUS.get(update.status)
         if status is not None:
-            parsed.append((update, status, payload))
+            parsed.append((update, status, channel_id, payload))
     if not parsed:
         return []
-    wamids = {u.id for u, _, _ in parsed}
-    our_ids = {u.biz_opaque_callback_data for u, _, _ in parsed if u.biz_opaque_callback_data}
+    wamids = {u.id for u, _, _, _ in parsed}
+    our_ids = {u.biz_opaque_callback_data for u, _, _, _ in parsed if u.biz_opaque_callback_data}
     messages = list(
         session.scalars(
             select(Message).where(
@@ -75,12 +100,17 @@ def apply_status_payloads(
     changes: list[StatusChange] = []
     settled: list[str] = []
     # Oldest first, so that history reads in the order things happened when Meta's webhooks are reordered.
-    for update, status, payload in sorted(parsed, key=lambda p: (p[0].timestamp, _ORDER[p[1]])):
-        message = by_wamid.get(update.id) or by_id.get(update.biz_opaque_callback_data or "")
+    for update, status, channel_id, payload in sorted(parsed, key=lambda p: (p[0].timestamp, _ORDER[p[1]])):
+        message = _match(update, channel_id, by_wamid, by_id)
         if message is None:
             if park_unknown:
                 session.add(
-                    ParkedStatus(upstream_message_id=update.id, payload=payload, received_at=utcnow())
+                    ParkedStatus(
+                        upstream_message_id=update.id,
+                        channel_id=channel_id,
+                        payload=payload,
+                        received_at=utcnow(),
+                    )
                 )
             continue
         if message.upstream_message_id is None:
@@ -181,20 +211,31 @@ def process_webhook_bodies(
 ) -> int:
     """Everything in a batch of stored Meta webhook bodies, in one transaction with its events.
 
-    Returns how many events it wrote (the event lane has work only when some were)."""
-    statuses = [status for body in bodies for status in raw_statuses(body)]
-    events = publish_status_changes(session, apply_status_payloads(session, statuses), subscriptions)
+    Each change names its channel by phone number id: what it says applies to that channel's messages
+    and conversations only; changes for a number no channel has are skipped. Returns how many events it
+    wrote (the event lane has work only when some were)."""
+    statuses: list[tuple[str, dict[str, Any]]] = []
     inbound_by_number: dict[str, list[InboundMessage]] = {}
     for body in bodies:
-        for value in parse_webhook(body):
+        # The receiver checked the shape with parse_webhook; the raw statuses are what gets parked.
+        for value, raw in zip(parse_webhook(body), _messages_values(body), strict=True):
+            statuses.extend((value.phone_number_id, status) for status in raw.get("statuses") or [])
             if value.messages:
                 inbound_by_number.setdefault(value.phone_number_id, []).extend(value.messages)
-    if inbound_by_number:
-        channels = session.scalars(
-            select(Channel).where(Channel.phone_number_id.in_(list(inbound_by_number)))
+    numbers = {number for number, _ in statuses} | inbound_by_number.keys()
+    if not numbers:
+        return 0
+    channels = {
+        c.phone_number_id: c
+        for c in session.scalars(select(Channel).where(Channel.phone_number_id.in_(sorted(numbers))))
+    }
+    if unknown := numbers - channels.keys():
+        log.warning(
+            "Meta webhooks for phone number ids of no channel skipped: %s", ", ".join(sorted(unknown))
         )
-        for channel in channels:
-            events += store_inbound(
-                session, channel=channel, inbound=inbound_by_number[channel.phone_number_id]
-            )
+    scoped = [(channels[number].id, status) for number, status in statuses if number in channels]
+    events = publish_status_changes(session, apply_status_payloads(session, scoped), subscriptions)
+    for number, inbound in inbound_by_number.items():
+        if number in channels:
+            events += store_inbound(session, channel=channels[number], inbound=inbound)
     return events

@@ -222,7 +222,7 @@ def apply_parked_statuses(session: Session, wamids: list[str]) -> list[StatusCha
     if not parked:
         return []
     session.execute(delete(ParkedStatus).where(ParkedStatus.id.in_([p.id for p in parked])))
-    return apply_status_payloads(session, [p.payload for p in parked], park_unknown=False)
+    return apply_status_payloads(session, [(p.channel_id, p.payload) for p in parked], park_unknown=False)
 
 
 def release_unconfirmed(
