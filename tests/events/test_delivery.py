@@ -186,7 +186,9 @@ def test_failed_attempts_are_retried_with_the_same_id_and_later_events_wait_thei
         (200, True),
     ]
     assert recorded["attempts"][0]["error"] == "HTTP 500"
-    assert recorded["attempts"][0]["response"] == "receiver says no"
+    # The receiver's answer is not shown: it is on loopback, posted to only because the deployment
+    # allows private URLs (tests/events/test_ssrf_guard.py shows a public one's).
+    assert recorded["attempts"][0]["response"] is None
     assert all(a["latency_ms"] >= 0 and a["at"].endswith("Z") for a in recorded["attempts"])
     assert webhook_of(gateway, webhook["id"])["consecutive_failures"] == 0
 

@@ -1,9 +1,9 @@
 """Posting one event to a subscriber's URL: 2xx within 10 s is success, anything else a failed attempt.
 
 Redirects are not followed, and unless private URLs are allowed the connection may only go to a
-public address: a resolver drops every loopback, private, link-local or multicast answer at the
-moment of connecting, so a DNS record changed after registration (or a rebinding trick) cannot
-point a delivery into the deployment's own network.
+public address: a resolver drops every answer that is not globally routable (loopback, private,
+shared, link-local, multicast, reserved) at the moment of connecting, so a DNS record changed after
+registration (or a rebinding trick) cannot point a delivery into the deployment's own network.
 """
 
 from __future__ import annotations
@@ -13,15 +13,21 @@ import ipaddress
 import socket
 import time
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 
 from wagate.events.urls import forbidden_address
+from wagate.limits import CONTROL_CHARACTER
 
 DELIVERY_TIMEOUT_SECONDS = 10.0
-RESPONSE_EXCERPT = 1000  # bytes of a receiver's answer kept with the attempt
+# Characters of a receiver's answer kept with the attempt, which agents read: enough for a reason,
+# too little to read a document through a status_callback. Kept only when the receiver's address is
+# public: with WAGATE_ALLOW_PRIVATE_URLS an endpoint inside the network is posted to, but what it
+# answers is not shown.
+RESPONSE_EXCERPT = 256
 
 
 @dataclass(frozen=True)
@@ -48,7 +54,7 @@ class PublicAddressesOnly(AbstractResolver):
         answers = await self._resolver.resolve(host, port, family)
         public = [a for a in answers if not forbidden_address(a["host"])]
         if not public:
-            raise OSError(f"{host} resolves only to loopback, private, link-local or multicast addresses")
+            raise OSError(f"{host} resolves only to addresses that are not public")
         return public
 
     async def close(self) -> None:
@@ -100,8 +106,12 @@ class EventPoster:
             async with self._get_session().post(
                 url, data=body, headers=headers, allow_redirects=False
             ) as answer:
-                excerpt = (await answer.content.read(RESPONSE_EXCERPT)).decode("utf-8", "replace")
                 status = answer.status
+                shown = self._shown(answer)
+                # Read even when not shown: a short answer read to its end lets the connection be reused.
+                excerpt = await self._excerpt(answer)
+                if not shown:
+                    excerpt = ""
         except TimeoutError:
             return result(None, f"no answer within {self.timeout:g} s")
         except aiohttp.InvalidURL:
@@ -113,6 +123,22 @@ class EventPoster:
         if 300 <= status < 400:
             return result(status, "redirects are not followed", excerpt or None)
         return result(status, None if 200 <= status < 300 else f"HTTP {status}", excerpt or None)
+
+    def _shown(self, answer: aiohttp.ClientResponse) -> bool:
+        """Whether the answer came from a public address (always so when the guard is on)."""
+        if not self.allow_private:
+            return True
+        connection = answer.connection
+        transport = connection.transport if connection is not None else None
+        peer: Any = transport.get_extra_info("peername") if transport is not None else None
+        return isinstance(peer, tuple) and bool(peer) and not forbidden_address(str(peer[0]))
+
+    @staticmethod
+    async def _excerpt(answer: aiohttp.ClientResponse) -> str:
+        # At most 4 bytes a character; control characters (NUL, which PostgreSQL refuses in text,
+        # among them) shown as U+FFFD.
+        raw = await answer.content.read(RESPONSE_EXCERPT * 4)
+        return CONTROL_CHARACTER.sub("\ufffd", raw.decode("utf-8", "replace")[:RESPONSE_EXCERPT])
 
     def _refused_literal(self, url: str) -> str | None:
         """An address written into the URL never goes through the resolver, so it is checked here."""
@@ -128,5 +154,5 @@ class EventPoster:
 
 def _describe(exc: BaseException) -> str:
     # aiohttp's texts name the host and the OS error, never our headers (the signature), so they are safe.
-    detail = str(exc).strip()
+    detail = CONTROL_CHARACTER.sub("\ufffd", str(exc).strip())
     return f"{type(exc).__name__}: {detail}"[:500] if detail else type(exc).__name__

@@ -12,21 +12,30 @@ from wagate.cache import TTLCache
 from wagate.errors import InvalidUrl
 from wagate.limits import CONTROL_CHARACTER
 
+# IPv6 prefixes that carry an IPv4 address a gateway or relay forwards to: judged by that address.
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+_LOCAL_NAT64 = ipaddress.IPv6Network("64:ff9b:1::/48")  # RFC 8215: the operator's own translator
 _HOST_LABEL = re.compile(r"(?!-)[a-z0-9_-]{1,63}(?<!-)")
 
 
 def forbidden_address(address: str) -> bool:
+    """Whether an event may not be posted to this address: anything not globally routable.
+
+    `is_global` leaves out private and loopback ranges and also the shared address space
+    100.64.0.0/10 (carrier-grade NAT, where some clouds put their metadata endpoints), benchmarking,
+    documentation and reserved ranges; multicast counts as global, so it is refused on its own, and
+    so do (in this Python's tables) unallocated and deprecated site-local IPv6 ranges.
+    """
     ip = ipaddress.ip_address(address)
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return (
-        ip.is_loopback
-        or ip.is_private
-        or ip.is_link_local
-        or ip.is_multicast
-        or ip.is_unspecified
-        or ip.is_reserved
-    )
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip in _LOCAL_NAT64:
+            return True
+        nat64 = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF) if ip in _NAT64 else None
+        embedded = ip.ipv4_mapped or ip.sixtofour or nat64
+        if embedded is None:
+            return not ip.is_global or ip.is_multicast or ip.is_reserved or ip.is_site_local
+        ip = embedded
+    return not ip.is_global or ip.is_multicast
 
 
 def checked_syntax(url: str, field: str = "url") -> tuple[str, int]:

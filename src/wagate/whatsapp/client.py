@@ -14,9 +14,11 @@ appear in any exception text.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import orjson
@@ -24,6 +26,7 @@ import orjson
 from wagate.whatsapp.errors import NotDelivered, Unconfirmed, UpstreamError, error_from_response
 from wagate.whatsapp.payloads import SendResult, TemplateRecord
 
+log = logging.getLogger(__name__)
 TEMPLATE_FIELDS = "name,language,status,category,parameter_format,components,id"
 # A listing that never ends (a broken cursor) must not loop forever.
 MAX_TEMPLATE_PAGES = 1000
@@ -141,6 +144,19 @@ class CloudApiClient:
             paging = payload.get("paging")
             next_url = paging.get("next") if isinstance(paging, dict) else None
             url = next_url if isinstance(next_url, str) and next_url else None
+            if url is not None and _origin(url) != _origin(self.base_url):
+                # The access token goes with every page: only ever to the Graph API we were given.
+                # Logged without the URL's path and query, which may carry the token.
+                log.error(
+                    "the template listing of WABA %s points its next page at %s, not at the Graph API "
+                    "(%s): not followed, the sync fails",
+                    waba_id,
+                    _origin_text(url),
+                    _origin_text(self.base_url),
+                )
+                raise Unconfirmed(
+                    "Template listing's next page is not on the Graph API host", http_status=200
+                )
         return records
 
     async def _request(
@@ -209,6 +225,27 @@ async def _on_chunk_sent(
 _SENT_TRACE = aiohttp.TraceConfig()
 _SENT_TRACE.on_request_chunk_sent.append(_on_chunk_sent)
 _SENT_TRACE.freeze()
+
+
+def _origin(url: str) -> tuple[str, str, int] | None:
+    """(scheme, host, port) of a URL, the port filled in from the scheme; None when it has none."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    if not parts.hostname:
+        return None
+    return (
+        parts.scheme.lower(),
+        parts.hostname,
+        port or {"http": 80, "https": 443}.get(parts.scheme.lower(), 0),
+    )
+
+
+def _origin_text(url: str) -> str:
+    origin = _origin(url)
+    return f"{origin[0]}://{origin[1]}:{origin[2]}" if origin else "an unparsable URL"
 
 
 def _describe(exc: BaseException, prefix: str) -> str:
