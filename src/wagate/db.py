@@ -56,9 +56,16 @@ def _dump_json(value: Any) -> str:
         return json.dumps(value)
 
 
-# JSON columns (status history, outbox payloads, event bodies) are written on every send and status
-# change: orjson does it several times faster than the standard library.
-_JSON: dict[str, Any] = {"json_serializer": _dump_json, "json_deserializer": orjson.loads}
+# Options of every engine:
+# - JSON columns (status history, outbox payloads, event bodies) are written on every send and status
+#   change: orjson does it several times faster than the standard library.
+# - A failed statement's exception does not repeat its parameters (OTP codes, phone numbers, texts,
+#   encrypted secrets), so neither does a log line or a traceback that shows it.
+ENGINE_OPTIONS: dict[str, Any] = {
+    "json_serializer": _dump_json,
+    "json_deserializer": orjson.loads,
+    "hide_parameters": True,
+}
 
 # Constraint names fixed by convention so Alembic migrations are the same on SQLite and PostgreSQL.
 NAMING_CONVENTION = {
@@ -267,21 +274,23 @@ class Database:
             path = sqlite_path(url)
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
-            self.engine = create_async_engine(url, pool_size=pool_size, max_overflow=0, **_JSON)
+            self.engine = create_async_engine(url, pool_size=pool_size, max_overflow=0, **ENGINE_OPTIONS)
             _configure_sqlite(self.engine, begin="BEGIN")
             # IMMEDIATE takes the write lock up front, so a second process (a CLI command beside
             # `serve`) waits its turn instead of failing on a lock upgrade.
             self.write_engine = create_engine(
-                url.replace("sqlite+aiosqlite:", "sqlite:", 1), pool_size=1, max_overflow=0, **_JSON
+                url.replace("sqlite+aiosqlite:", "sqlite:", 1), pool_size=1, max_overflow=0, **ENGINE_OPTIONS
             )
             _configure_sqlite(self.write_engine, begin="BEGIN IMMEDIATE", autocheckpoint=False)
         else:
             # No pre-ping: it costs a round trip per checkout; a dead connection fails its statement
             # and the pool replaces it.
-            self.engine = create_async_engine(url, pool_size=pool_size, max_overflow=pool_size, **_JSON)
+            self.engine = create_async_engine(
+                url, pool_size=pool_size, max_overflow=pool_size, **ENGINE_OPTIONS
+            )
             # psycopg serves the same URL in blocking mode: one connection for the writer, one for
             # large units.
-            self.write_engine = create_engine(url, pool_size=2, max_overflow=0, **_JSON)
+            self.write_engine = create_engine(url, pool_size=2, max_overflow=0, **ENGINE_OPTIONS)
         # Batches run one at a time on this thread with the blocking driver: a batch is one hand-off
         # from the event loop, not one per statement, and a statement costs a round trip, not also a
         # trip through the event loop. (SQLite connections belong to the thread that made them.)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine
 
+from wagate.db import ENGINE_OPTIONS
 from wagate.models import Base
 
 config = context.config
@@ -13,7 +14,8 @@ config = context.config
 def run() -> None:
     url = config.get_main_option("sqlalchemy.url")
     assert url
-    engine = create_engine(url)
+    # The app's engine options: a failed statement's error does not repeat its parameters.
+    engine = create_engine(url, **ENGINE_OPTIONS)
     with engine.connect() as connection:
         context.configure(
             connection=connection,

@@ -28,6 +28,7 @@ from wagate.config import Settings
 from wagate.db import Database, utcnow
 from wagate.lookups import Lookups
 from wagate.outbox import jobs, sends
+from wagate.outbox.errors import describe_error
 from wagate.outbox.event_lane import EventLane
 from wagate.outbox.limiter import SlidingWindowLimiter
 from wagate.outbox.models import JobKind, JobState, OutboxJob, Priority
@@ -515,7 +516,7 @@ class Dispatcher:
                 self.lookups.forget_templates()
         except Exception as exc:
             log.warning("periodic job %s (%s) failed: %r; will retry", job.id, job.kind, exc)
-            error = repr(exc)
+            error = describe_error(exc)
 
             def fail(session: Session) -> None:
                 jobs.fail_jobs(session, [job], error)
