@@ -22,7 +22,11 @@ from wagate.templates.models import Template
 class Lookups:
     def __init__(self, db: Database) -> None:
         self.db = db
-        self.principals: TTLCache[str, Principal] = TTLCache()
+        # By the token's hash. An unknown (or revoked) token is remembered as None just as briefly: a
+        # client repeating a wrong key costs one query per TTL, not one per request, and a key created
+        # meanwhile (provisioning runs in another process) works within the same seconds as a revoked
+        # one stops. The cache is bounded, so random tokens cannot grow it.
+        self.principals: TTLCache[str, Principal | None] = TTLCache()
         self.channels: TTLCache[tuple[int, int, int], Channel] = TTLCache()
         self.templates: TTLCache[tuple[int, str, str], Template | None] = TTLCache()
         self._subscriptions: TTLCache[None, Subscriptions] = TTLCache()
@@ -32,14 +36,14 @@ class Lookups:
     async def principal(self, token: str) -> Principal:
         token_hash = hash_api_token(token)
 
-        async def load() -> Principal:
+        async def load() -> Principal | None:
             async with self.db.read() as session:
-                principal = await load_principal(session, token_hash)
-            if principal is None:
-                raise Unauthorized("The API key is unknown or revoked.")
-            return principal
+                return await load_principal(session, token_hash)
 
-        return await self.principals.get_or_load(token_hash, load)
+        principal = await self.principals.get_or_load(token_hash, load)
+        if principal is None:
+            raise Unauthorized("The API key is unknown or revoked.")
+        return principal
 
     async def channel(self, principal: Principal, channel_id: int) -> Channel:
         """The channel, if the caller may use it (404 / 403 otherwise, never cached)."""
