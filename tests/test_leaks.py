@@ -52,8 +52,8 @@ def failed_write(database_url: str, unit: Any) -> BaseException:
 
 def logged(exc: BaseException) -> str:
     """The text `log.exception` writes for it (message and traceback), as the app's handlers do."""
-    handler = logging.Formatter()
-    return handler.formatException((type(exc), exc, exc.__traceback__)) + "\n" + str(exc) + repr(exc)
+    traceback = logging.Formatter().formatException((type(exc), exc, exc.__traceback__))
+    return f"{traceback}\n{exc}\n{exc!r}"
 
 
 def test_a_database_error_does_not_carry_the_statement_parameters(migrated: str) -> None:
