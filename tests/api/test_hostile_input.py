@@ -14,7 +14,7 @@ from urllib.parse import quote
 import pytest
 
 from conftest import running_gateway
-from support import VERIFY_TOKEN, Gateway, Simulator, new_number
+from support import MAIN, VERIFY_TOKEN, Gateway, Simulator, new_number, wait_for
 
 OTP = {"name": "otp_code", "language": "en", "parameters": ["123456"]}
 HUGE = 10**30  # beyond 64 bits
@@ -269,3 +269,19 @@ def test_a_huge_integer_parameter_with_an_idempotency_key_is_not_a_500(gateway: 
         {"phone_number": new_number(), "template": template}, **{"Idempotency-Key": "huge-1"}
     )
     assert response.status_code == 422, response.text
+
+
+# --- Meta's webhooks: signed, so taken, but their strings made storable ---
+
+
+def test_a_customer_message_with_a_nul_is_stored_and_opens_the_window(gateway: Gateway) -> None:
+    number = new_number()
+    gateway.sim.inbound(MAIN["phone_number_id"], number.removeprefix("+"), "hi\x00there\x1b")
+    wait_for(
+        lambda: gateway.http.get(
+            gateway.v1("/whatsapp/messages/window"),
+            params={"channel_id": gateway.ids["main"], "phone_number": number},
+            headers=gateway.headers(),
+        ).json()["open"],
+        what="the customer's message to open the window",
+    )

@@ -13,6 +13,7 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from wagate.db import table_of, utcnow
+from wagate.limits import ESCAPED_CONTROL_CHARACTER, without_control_characters
 from wagate.outbox.models import JobKind, JobState, OutboxJob, Priority
 from wagate.outbox.notify import notify_outbox
 from wagate.responses import FastJSONResponse as JSONResponse
@@ -53,6 +54,9 @@ async def receive(request: Request) -> Response:
         parse_webhook(body)
     except (orjson.JSONDecodeError, MalformedWebhook) as exc:
         return _error(400, "invalid_request", f"The body is not a WhatsApp webhook: {exc}")
+    if ESCAPED_CONTROL_CHARACTER.search(raw):
+        # Stored as text (a customer's message), where PostgreSQL refuses NUL: shown as U+FFFD.
+        body = without_control_characters(body)
 
     def store(session: Session) -> None:
         # Stored before the 200: Meta does not resend what it saw acknowledged.
