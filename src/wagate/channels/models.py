@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import ForeignKey, Integer, String
+from sqlalchemy import ForeignKey, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from wagate.db import Base, UTCDateTime, utcnow
@@ -21,7 +21,8 @@ class Channel(Base):
     phone_number_id: Mapped[str] = mapped_column(String(64), unique=True)
     waba_id: Mapped[str] = mapped_column(String(64))
     # Encrypted with the deployment's secret key (wagate.crypto); never stored or logged in clear.
-    access_token_encrypted: Mapped[str] = mapped_column(String(2000))
+    # Text: Meta's tokens have no published maximum, and the ciphertext is longer still.
+    access_token_encrypted: Mapped[str] = mapped_column(Text)
     messages_per_second: Mapped[int] = mapped_column(Integer, default=80)
     templates_synced_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

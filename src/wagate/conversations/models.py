@@ -8,6 +8,8 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from wagate.db import Base, UTCDateTime, utcnow
 
+CONTACT_NAME_LENGTH = 200
+
 
 class ConversationStatus(enum.StrEnum):
     open = "open"
@@ -22,7 +24,7 @@ class Contact(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
     phone_number: Mapped[str] = mapped_column(String(32))
-    name: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    name: Mapped[str | None] = mapped_column(String(CONTACT_NAME_LENGTH), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 

@@ -12,7 +12,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
-from wagate.conversations.models import Contact, Conversation, ConversationStatus
+from wagate.conversations.models import CONTACT_NAME_LENGTH, Contact, Conversation, ConversationStatus
 from wagate.db import dialect_name, table_of, utcnow
 
 WINDOW = timedelta(hours=24)
@@ -91,6 +91,8 @@ def _upserts(dialect: str) -> tuple[Any, Any]:
 def upsert_contact(session: Session, *, account_id: int, phone_number: str, name: str | None = None) -> int:
     """The contact's id, the contact made when new; one statement either way."""
     statement = _upserts(dialect_name(session))[0]
+    # The profile name is the customer's own choice, shown as Meta sends it, cut to what the column holds.
+    name = name[:CONTACT_NAME_LENGTH] if name else name
     params = {"account_id": account_id, "phone_number": phone_number, "name": name, "created_at": utcnow()}
     contact_id: int = session.connection().execute(statement, params).one()[0]
     return contact_id

@@ -17,7 +17,8 @@ from sqlalchemy.orm import Session, aliased
 from wagate.db import isoformat, table_of, utcnow
 from wagate.events.http import PostResult
 from wagate.events.models import Delivery, DeliveryAttempt, DeliveryState, Webhook
-from wagate.events.publish import cancel_pending, render_due_reports
+from wagate.events.publish import cancel_pending
+from wagate.outbox.dead_letters import bury
 from wagate.outbox.models import JobKind, JobState, OutboxJob, claim_rows
 from wagate.outbox.retry import EVENT_RETRY_WINDOW, RetryPolicy
 
@@ -69,8 +70,6 @@ def claim_deliveries(
     session: Session, *, limit: int, worker_id: str, lease_seconds: float
 ) -> list[ClaimedDelivery]:
     """Due deliveries, each the oldest pending one of its ordering key, marked as taken."""
-    render_due_reports(session)
-    session.flush()
     now = utcnow()
     earlier = aliased(OutboxJob)
     due = (
@@ -139,6 +138,14 @@ def record_attempts(
     session: Session, attempts: list[Attempted], *, retry: RetryPolicy, disable: DisablePolicy
 ) -> None:
     """Store a round of attempts: finish the delivered and the hopeless, schedule the rest again."""
+    # A delivery can go with its webhook (deleted while the call was under way): nothing to record.
+    existing = set(
+        session.scalars(select(Delivery.id).where(Delivery.id.in_({a.delivery.id for a in attempts})))
+    )
+    gone = [a.delivery.job_id for a in attempts if a.delivery.id not in existing]
+    if gone:
+        session.execute(delete(OutboxJob).where(OutboxJob.id.in_(gone)))
+    attempts = [a for a in attempts if a.delivery.id in existing]
     if not attempts:
         return
     now = utcnow()
@@ -187,6 +194,38 @@ def record_attempts(
     if finished_jobs:
         session.execute(delete(OutboxJob).where(OutboxJob.id.in_(finished_jobs)))
     _track_webhook_health(session, [a for a in attempts if a.delivery.webhook_id is not None], disable, now)
+
+
+def park_attempt(session: Session, attempt: Attempted, error: str) -> None:
+    """An attempt that cannot be recorded (see outbox/isolation.py): kept as a dead letter; its
+    delivery is given up, so it is neither posted again and again nor left pending for ever."""
+    d = attempt.delivery
+    bury(
+        session,
+        kind="event_attempt",
+        reference=d.id,
+        payload={
+            "delivery_id": d.id,
+            "job_id": d.job_id,
+            "attempt": d.attempt,
+            "status_code": attempt.result.status_code,
+            "error": attempt.result.error,
+        },
+        error=error,
+        attempts=d.attempt,
+    )
+    session.execute(delete(OutboxJob).where(OutboxJob.id == d.job_id))
+    session.execute(
+        update(Delivery).where(Delivery.id == d.id).values(state=DeliveryState.failed, finished_at=utcnow())
+    )
+
+
+def park_report(session: Session, job_id: int, error: str) -> None:
+    """A due `after_seconds` report that cannot be rendered: kept as a dead letter, out of the outbox."""
+    message_id = session.scalar(
+        delete(OutboxJob).where(OutboxJob.id == job_id).returning(OutboxJob.message_id)
+    )
+    bury(session, kind="status_report", reference=message_id, payload={"job_id": job_id}, error=error)
 
 
 def drop_undeliverable(session: Session, deliveries: list[ClaimedDelivery]) -> None:

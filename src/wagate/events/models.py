@@ -4,7 +4,7 @@ import enum
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, Enum, ForeignKey, Index, Integer, SmallInteger, String
+from sqlalchemy import JSON, Boolean, Enum, ForeignKey, Index, Integer, SmallInteger, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from wagate.db import Base, BigIntId, UTCDateTime, utcnow
@@ -44,8 +44,9 @@ class Webhook(Base):
     account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"), index=True)
     url: Mapped[str] = mapped_column(String(2000))
     events: Mapped[list[str]] = mapped_column(JSON)
-    # Encrypted with the deployment's key: it must be read back to sign every delivery.
-    secret_encrypted: Mapped[str] = mapped_column(String(500))
+    # Encrypted with the deployment's key: it must be read back to sign every delivery. Text: a
+    # ciphertext is longer than its secret, and no limit of ours should decide where it fails.
+    secret_encrypted: Mapped[str] = mapped_column(Text)
     enabled: Mapped[bool] = mapped_column(Boolean, default=True)
     disabled_reason: Mapped[str | None] = mapped_column(String(500), nullable=True)
     # The current run of failed attempts (reset by any success): what automatic disabling looks at.
@@ -74,7 +75,7 @@ class Delivery(Base):
         ForeignKey("webhooks.id", ondelete="CASCADE"), nullable=True
     )
     url: Mapped[str | None] = mapped_column(String(2000), nullable=True)
-    secret_encrypted: Mapped[str | None] = mapped_column(String(500), nullable=True)
+    secret_encrypted: Mapped[str | None] = mapped_column(Text, nullable=True)
     message_id: Mapped[str | None] = mapped_column(String(40), nullable=True, index=True)
     kind: Mapped[DeliveryKind] = mapped_column(Enum(DeliveryKind, native_enum=False, length=40))
     body: Mapped[dict[str, Any]] = mapped_column(JSON)

@@ -7,7 +7,7 @@ ordering key, so they are sent one after another in the order they were written.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -16,7 +16,7 @@ from sqlalchemy import Connection, delete, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from wagate.conversations.models import Conversation
-from wagate.db import dialect_name, table_of, utcnow
+from wagate.db import table_of, utcnow
 from wagate.events.models import Delivery, DeliveryKind, DeliveryState, EventKind
 from wagate.events.subscriptions import Subscriptions, read_subscriptions
 from wagate.ids import new_id
@@ -240,18 +240,27 @@ def schedule_status_reports(connection: Connection, reports: list[tuple[str, int
     connection.execute(_INSERT_OUTBOX, rows)
 
 
-def render_due_reports(session: Session, *, limit: int = REPORT_BATCH) -> int:
-    """Turn due `after_seconds` reports into deliveries carrying the message as it is now."""
+def due_reports(session: Session, *, limit: int = REPORT_BATCH) -> list[int]:
+    """The outbox rows of `after_seconds` reports that are due, oldest first."""
     due = (
         select(OutboxJob.id)
         .where(OutboxJob.kind == JobKind.status_report, OutboxJob.run_at <= utcnow())
         .order_by(OutboxJob.run_at)
         .limit(limit)
     )
-    if dialect_name(session) == "postgresql":
-        due = due.with_for_update(skip_locked=True)
+    return list(session.scalars(due))
+
+
+def render_reports(session: Session, job_ids: Sequence[int]) -> int:
+    """Turn these due `after_seconds` reports into deliveries carrying the message as it is now.
+
+    A report another process rendered meanwhile is gone from the outbox and is skipped."""
     message_ids = list(
-        session.scalars(delete(OutboxJob).where(OutboxJob.id.in_(due)).returning(OutboxJob.message_id))
+        session.scalars(
+            delete(OutboxJob)
+            .where(OutboxJob.id.in_(job_ids), OutboxJob.kind == JobKind.status_report)
+            .returning(OutboxJob.message_id)
+        )
     )
     if not message_ids:
         return 0

@@ -27,6 +27,9 @@ class Direction(enum.StrEnum):
     inbound = "inbound"
 
 
+EXTERNAL_ERROR_LENGTH = 1000
+
+
 class Message(Base):
     __tablename__ = "messages"
 
@@ -45,7 +48,7 @@ class Message(Base):
     template_language: Mapped[str | None] = mapped_column(String(20), nullable=True)
     template_category: Mapped[str | None] = mapped_column(String(40), nullable=True)
     template_parameters: Mapped[Any] = mapped_column(JSON, nullable=True)
-    external_error: Mapped[str | None] = mapped_column(String(1000), nullable=True)
+    external_error: Mapped[str | None] = mapped_column(String(EXTERNAL_ERROR_LENGTH), nullable=True)
     upstream_message_id: Mapped[str | None] = mapped_column(String(128), nullable=True, unique=True)
     # Price in millionths of `cost_currency`, fixed at acceptance; a failed message is reported as 0.
     cost_micros: Mapped[int] = mapped_column(Integer, default=0)

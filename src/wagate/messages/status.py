@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from wagate.db import isoformat, utcnow
-from wagate.messages.models import Message, MessageStatus
+from wagate.messages.models import EXTERNAL_ERROR_LENGTH, Message, MessageStatus
 from wagate.messages.schemas import message_view
 
 _RANK = {MessageStatus.sent: 1, MessageStatus.delivered: 2, MessageStatus.read: 3}
@@ -49,7 +49,8 @@ def apply_status(
     message.status = new
     message.status_history = [*message.status_history, {"status": new.value, "at": max(stamp, last)}]
     if new is MessageStatus.failed:
-        message.external_error = external_error
+        # Meta's error titles have no limit of their own: the column's is the one that holds.
+        message.external_error = external_error[:EXTERNAL_ERROR_LENGTH] if external_error else None
     message.updated_at = utcnow()
     return StatusChange(
         message.id,

@@ -15,7 +15,7 @@ import os
 import socket
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
@@ -30,6 +30,7 @@ from wagate.lookups import Lookups
 from wagate.outbox import jobs, sends
 from wagate.outbox.errors import describe_error
 from wagate.outbox.event_lane import EventLane
+from wagate.outbox.isolation import write_isolating
 from wagate.outbox.limiter import SlidingWindowLimiter
 from wagate.outbox.models import JobKind, JobState, OutboxJob, Priority
 from wagate.outbox.notify import listen_outbox
@@ -67,6 +68,10 @@ class ChannelConfig:
     phone_number_id: str
     access_token: str
     messages_per_second: int
+
+
+class RecordingFailed(Exception):
+    """Some results could not be stored yet: the recorder tries them again after a pause."""
 
 
 class ChannelLane:
@@ -357,17 +362,26 @@ class ChannelLane:
 
         subscriptions = await self.dispatcher.lookups.subscriptions()
 
-        def record(session: Session) -> int:
-            return sends.record_outcomes(session, batch, grace_seconds=grace, subscriptions=subscriptions)
+        def record(session: Session, outcomes: Sequence[sends.Outcome]) -> int:
+            return sends.record_outcomes(
+                session, list(outcomes), grace_seconds=grace, subscriptions=subscriptions
+            )
 
         try:
-            events = await self.dispatcher.db.write(record, first=True)
+            events, unwritten = await write_isolating(
+                self.dispatcher.db, batch, record, sends.park_outcome, first=True
+            )
         except BaseException:
             self.outcomes = batch + self.outcomes  # nothing recorded: keep them for the next try
             raise
-        self.holding.difference_update(o.send.job_id for o in batch)
-        if events:
+        kept = {o.send.job_id for o in unwritten}
+        self.holding.difference_update(o.send.job_id for o in batch if o.send.job_id not in kept)
+        if sum(events):
             self.dispatcher.wake_events()
+        if unwritten:
+            # Still held (their leases renewed), so no one sends them again meanwhile; tried again.
+            self.outcomes = unwritten + self.outcomes
+            raise RecordingFailed(f"{len(unwritten)} send outcomes of channel {self.channel_id} not recorded")
 
 
 class Dispatcher:

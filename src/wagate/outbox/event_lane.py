@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -20,9 +21,10 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from wagate.db import utcnow
-from wagate.events import deliveries
+from wagate.events import deliveries, publish
 from wagate.events.http import DELIVERY_TIMEOUT_SECONDS, EventPoster
 from wagate.events.signing import signed_headers
+from wagate.outbox.isolation import write_isolating
 from wagate.outbox.models import JobKind, OutboxJob
 from wagate.outbox.retry import EVENT_DELIVERY
 
@@ -90,6 +92,7 @@ class EventLane:
         while len(self.calls) >= MAX_IN_FLIGHT:
             await asyncio.wait(self.calls, return_when=asyncio.FIRST_COMPLETED)
         limit = MAX_IN_FLIGHT - len(self.calls)
+        await self._render_due_reports()
 
         def claim(session: Session) -> list[deliveries.ClaimedDelivery]:
             return deliveries.claim_deliveries(
@@ -106,6 +109,13 @@ class EventLane:
                 self.calls.add(call)
                 call.add_done_callback(self.calls.discard)
         return bool(claimed)
+
+    async def _render_due_reports(self) -> None:
+        """`after_seconds` reports that are due become deliveries; one that cannot is parked."""
+        async with self.db.read() as session:
+            due = await session.run_sync(lambda s: publish.due_reports(s))
+        if due:
+            await write_isolating(self.db, due, publish.render_reports, deliveries.park_report)
 
     async def _idle_seconds(self) -> float:
         """Until the next delivery or report is due, within the poll interval."""
@@ -160,12 +170,15 @@ class EventLane:
         if not batch:
             return
 
-        def record(session: Session) -> None:
-            deliveries.record_attempts(session, batch, retry=self.retry, disable=self.disable)
+        def record(session: Session, attempts: Sequence[deliveries.Attempted]) -> None:
+            deliveries.record_attempts(session, list(attempts), retry=self.retry, disable=self.disable)
 
         try:
-            await self.db.write(record)
+            _, unwritten = await write_isolating(self.db, batch, record, deliveries.park_attempt)
         except BaseException:
             self.attempts = batch + self.attempts
             raise
         self.wake()  # the next event of each finished one's message may go now
+        if unwritten:
+            self.attempts = unwritten + self.attempts
+            raise RuntimeError(f"{len(unwritten)} delivery attempts not recorded yet")

@@ -9,6 +9,7 @@ such a row (`settle_sends`); what the grace period does with one that stays unse
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import timedelta
@@ -23,6 +24,7 @@ from wagate.events.publish import publish_status_changes
 from wagate.events.subscriptions import Subscriptions
 from wagate.messages.models import Message, MessageStatus, ParkedStatus
 from wagate.messages.status import StatusChange, apply_status
+from wagate.outbox.dead_letters import bury
 from wagate.outbox.models import JobKind, JobState, OutboxJob, Priority, claim_rows
 from wagate.outbox.retry import SEND_NOT_DELIVERED, SEND_ORPHANED
 
@@ -212,6 +214,30 @@ def record_outcomes(
     ]
     events = complete_batches(session, handed, subscriptions) if handed else 0
     return events + publish_status_changes(session, changes, subscriptions)
+
+
+def park_outcome(session: Session, outcome: Outcome, error: str) -> None:
+    """A send result that cannot be stored (see outbox/isolation.py): kept as a dead letter, and its
+    row taken out of the outbox so the lane goes on. The message keeps the status it had."""
+    detail: dict[str, Any]
+    if isinstance(outcome, Sent):
+        detail = {"wamid": outcome.wamid}
+    elif isinstance(outcome, Rejected):
+        detail = {"external_error": outcome.external_error}
+    else:
+        detail = {"error": outcome.error}
+    bury(
+        session,
+        kind="send_outcome",
+        reference=outcome.send.message_id,
+        payload={"job_id": outcome.send.job_id, "outcome": type(outcome).__name__.lower(), **detail},
+        error=error,
+        attempts=outcome.send.attempts,
+    )
+    session.execute(delete(OutboxJob).where(OutboxJob.id == outcome.send.job_id))
+    if outcome.send.priority == Priority.bulk:
+        with contextlib.suppress(Exception), session.begin_nested():
+            complete_batches(session, [outcome.send.message_id])
 
 
 def apply_parked_statuses(session: Session, wamids: list[str]) -> list[StatusChange]:

@@ -8,6 +8,8 @@
   ``access_tokens`` (null = any), ``fail_next {count, code, to?, phone_number_id?}`` (the next
   ``count`` sends, only those to ``to`` / from ``phone_number_id`` when given: 5xx codes answer with
   that HTTP status, 408 accepts but replies late, other codes answer Meta's error with that code),
+  ``answer_wamid_next {to, wamid}`` (the next send to ``to`` is answered with that wamid, as an
+  upstream that repeats an id it gave before would),
   ``slow_response_seconds``, ``response_latency_seconds``, ``webhook_retry_total|initial|cap``,
   ``webhook_timeout``.
 - ``GET /_sim/messages?phone_number_id=&to=&wamid=``: accepted sends, oldest first.
@@ -55,6 +57,11 @@ class FailNext(_Body):
     phone_number_id: str | None = None
 
 
+class WamidNext(_Body):
+    to: str = Field(min_length=1)
+    wamid: str = Field(min_length=1)
+
+
 class ConfigPatch(_Body):
     webhook_url: str | None = None
     app_secret: str | None = None
@@ -66,6 +73,7 @@ class ConfigPatch(_Body):
     rate_limit_per_second: int | None = Field(default=None, ge=1)
     access_tokens: list[str] | None = None
     fail_next: FailNext | None = None
+    answer_wamid_next: WamidNext | None = None
     slow_response_seconds: float | None = Field(default=None, ge=0)
     response_latency_seconds: float | None = Field(default=None, ge=0, le=30)
     webhook_retry_total: float | None = Field(default=None, ge=0)
@@ -157,6 +165,9 @@ def build_control_router(state: SimulatorState, sender: WebhookSender) -> APIRou
             fail = patch.fail_next
             to = "".join(ch for ch in fail.to if ch.isdigit()) if fail.to else None
             state.fail_next = InjectedFailure(fail.count, fail.code, to, fail.phone_number_id)
+        if patch.answer_wamid_next is not None:
+            digits = "".join(ch for ch in patch.answer_wamid_next.to if ch.isdigit())
+            state.wamid_next[digits] = patch.answer_wamid_next.wamid
         return config.public()
 
     @router.get("/messages")

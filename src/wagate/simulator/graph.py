@@ -98,7 +98,7 @@ def build_graph_router(state: SimulatorState, sender: WebhookSender) -> APIRoute
             return error_response(error)
 
         template = valid.template
-        wamid = new_wamid(valid.wa_id)
+        wamid = state.wamid_next.pop(to_digits, None) or new_wamid(valid.wa_id)
         state.record(
             SentRecord(
                 received_at=wall,

@@ -129,6 +129,8 @@ class SimulatorState:
         self.by_wamid: dict[str, SentRecord] = {}
         self._recent: dict[str, deque[float]] = {}
         self.fail_next: InjectedFailure | None = None
+        # ``answer_wamid_next``: recipient digits -> the wamid its next send is answered with.
+        self.wamid_next: dict[str, str] = {}
         self.counters = WebhookCounters()
 
     def reset(self) -> None:
@@ -141,6 +143,7 @@ class SimulatorState:
         self.by_wamid.clear()
         self._recent.clear()
         self.fail_next = None
+        self.wamid_next.clear()
         self.counters = WebhookCounters()
 
     def channel(self, phone_number_id: str) -> ChannelInfo:
