@@ -158,7 +158,7 @@ class RequestGuard:
         limit = self.max_webhook_bytes if scope["path"] == WEBHOOK_PATH else self.max_request_bytes
         announced = Headers(scope=scope).get("content-length", "")
         # Compared as text first: a Content-Length of thousands of digits is not worth an int().
-        if announced.isdigit() and (len(announced) > 18 or int(announced) > limit):
+        if announced.isascii() and announced.isdigit() and (len(announced) > 18 or int(announced) > limit):
             await _answer(send, _too_large(limit), close=True)
             return
 

@@ -16,7 +16,8 @@ from urllib.parse import urlsplit
 import orjson
 import pytest
 
-from support import Gateway
+from conftest import running_gateway
+from support import Gateway, Simulator, new_number
 from wagate.config import Settings
 
 MiB = 1024 * 1024
@@ -138,3 +139,12 @@ def test_a_body_within_the_limit_is_read_as_before(gateway: Gateway) -> None:
     # Just up to the limit, chunked: read whole and judged on its content (here: not JSON).
     answer = upload(gateway, urlsplit(gateway.v1("/whatsapp/messages")).path, total=API_LIMIT, chunked=True)
     assert answer.status == 422 and answer.body["error"]["code"] == "invalid_request", answer
+
+
+def test_the_limit_is_a_setting(database_url: str, simulator: Simulator) -> None:
+    with running_gateway(database_url, simulator, max_request_bytes=4096) as small:
+        template = {"name": "otp_code", "language": "en", "parameters": ["123456"]}
+        fits = small.send({"phone_number": new_number(), "template": template})
+        assert fits.status_code == 201, fits.text
+        answer = upload(small, urlsplit(small.v1("/whatsapp/messages")).path, total=8192, chunked=True)
+        assert_too_large(answer, 4096)
