@@ -7,6 +7,8 @@ sent again after the lease (a receiver drops the duplicate by its `webhook-id`).
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -66,14 +68,33 @@ class DisablePolicy:
     after_seconds: float
 
 
+@dataclass(frozen=True)
+class FairShare:
+    """How many calls each account may have under way (`share`), and how many it has (`busy`)."""
+
+    share: int
+    busy: Mapping[int | None, int]
+
+    def room(self, account_id: int | None) -> int:
+        return self.share - self.busy.get(account_id, 0)
+
+    def full(self) -> set[int | None]:
+        return {account for account, calls in self.busy.items() if calls >= self.share}
+
+
 def claim_deliveries(
-    session: Session, *, limit: int, worker_id: str, lease_seconds: float
+    session: Session, *, limit: int, worker_id: str, lease_seconds: float, fair: FairShare | None = None
 ) -> list[ClaimedDelivery]:
-    """Due deliveries, each the oldest pending one of its ordering key, marked as taken."""
+    """Due deliveries, each the oldest pending one of its ordering key, marked as taken.
+
+    With `fair`, no account gets more than its room: an account whose endpoints hang cannot take the
+    lane's every call while other accounts' events wait. Accounts already at their share are left
+    out of the scan, so their backlog does not hide the others' rows.
+    """
     now = utcnow()
     earlier = aliased(OutboxJob)
     due = (
-        select(OutboxJob.id)
+        select(OutboxJob.id, OutboxJob.account_id)
         .where(
             OutboxJob.kind == JobKind.deliver_event,
             OutboxJob.state == JobState.ready,
@@ -90,9 +111,29 @@ def claim_deliveries(
         .order_by(OutboxJob.run_at)
         .limit(limit)
     )
+    if fair is not None:
+        full = fair.full()
+        known = [a for a in full if a is not None]
+        if known:
+            due = due.where(OutboxJob.account_id.is_(None) | OutboxJob.account_id.not_in(known))
+        if None in full:
+            due = due.where(OutboxJob.account_id.is_not(None))
+        picked: list[int] = []
+        taken: Counter[int | None] = Counter()
+        for job_id, account_id in session.execute(due):
+            if taken[account_id] < fair.room(account_id):
+                taken[account_id] += 1
+                picked.append(job_id)
+        if not picked:
+            return []
+        # Still free? Another worker may have taken some since they were read.
+        due = select(OutboxJob.id, OutboxJob.account_id).where(
+            OutboxJob.id.in_(picked),
+            (OutboxJob.locked_until.is_(None)) | (OutboxJob.locked_until < now),
+        )
     jobs = claim_rows(
         session,
-        due,
+        due.with_only_columns(OutboxJob.id),
         values={
             "attempts": OutboxJob.attempts + 1,
             "locked_by": worker_id,

@@ -70,19 +70,21 @@ def write_deliveries(session: Session, deliveries: list[NewDelivery], *, now: da
         ],
     )
     connection.execute(
-        _INSERT_OUTBOX, [_outbox_row(d.id, d.message_id, d.ordering_key, now) for d in deliveries]
+        _INSERT_OUTBOX,
+        [_outbox_row(d.id, d.account_id, d.message_id, d.ordering_key, now) for d in deliveries],
     )
     return len(deliveries)
 
 
 def _outbox_row(
-    delivery_id: str, message_id: str | None, ordering_key: str | None, now: datetime
+    delivery_id: str, account_id: int | None, message_id: str | None, ordering_key: str | None, now: datetime
 ) -> dict[str, Any]:
     return {
         "kind": JobKind.deliver_event,
         "state": JobState.ready,
         "priority": Priority.background,
         "channel_id": None,
+        "account_id": account_id,
         "message_id": message_id,
         "batch_id": None,
         "ordering_key": ordering_key,
@@ -102,7 +104,7 @@ def redeliver(session: Session, delivery: Delivery) -> None:
     delivery.finished_at = None
     key = _ordering_key(delivery.webhook_id, delivery.message_id) if delivery.message_id else None
     session.connection().execute(
-        _INSERT_OUTBOX, [_outbox_row(delivery.id, delivery.message_id, key, utcnow())]
+        _INSERT_OUTBOX, [_outbox_row(delivery.id, delivery.account_id, delivery.message_id, key, utcnow())]
     )
     session.flush()
 
@@ -234,7 +236,7 @@ def schedule_status_reports(connection: Connection, reports: list[tuple[str, int
     """`after_seconds` reports (message id, N): rows due at acceptance + N, stored with the messages."""
     rows = []
     for message_id, after_seconds in reports:
-        row = _outbox_row("", message_id, None, now + timedelta(seconds=after_seconds))
+        row = _outbox_row("", None, message_id, None, now + timedelta(seconds=after_seconds))
         row.update(kind=JobKind.status_report, payload={})
         rows.append(row)
     connection.execute(_INSERT_OUTBOX, rows)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import timedelta
@@ -35,6 +36,9 @@ log = logging.getLogger(__name__)
 
 POLL_SECONDS = 1.0
 MAX_IN_FLIGHT = 256
+# However many accounts have calls under way, each may have at least this many: an account whose
+# endpoints hang for their full 10 s gets its share of the lane, never the whole of it.
+MIN_ACCOUNT_SHARE = 8
 # A claimed delivery whose process died is sent again after this (the call itself takes at most 10 s).
 LEASE_SECONDS = 60.0
 
@@ -51,6 +55,7 @@ class EventLane:
             settings.webhook_disable_after_failures, settings.webhook_disable_after_seconds
         )
         self.calls: set[asyncio.Task[None]] = set()
+        self.busy: Counter[int | None] = Counter()  # calls under way, per account
         self.attempts: list[deliveries.Attempted] = []
         self.attempt_ready = asyncio.Event()
         self.wake_event = asyncio.Event()
@@ -94,9 +99,11 @@ class EventLane:
         limit = MAX_IN_FLIGHT - len(self.calls)
         await self._render_due_reports()
 
+        fair = deliveries.FairShare(self._share(), Counter(self.busy))
+
         def claim(session: Session) -> list[deliveries.ClaimedDelivery]:
             return deliveries.claim_deliveries(
-                session, limit=limit, worker_id=self.worker_id, lease_seconds=LEASE_SECONDS
+                session, limit=limit, worker_id=self.worker_id, lease_seconds=LEASE_SECONDS, fair=fair
             )
 
         claimed = await self.db.write(claim)
@@ -105,10 +112,18 @@ class EventLane:
             await self.db.write(lambda session: deliveries.drop_undeliverable(session, unsendable))
         for delivery in claimed:
             if delivery.url is not None:
+                self.busy[delivery.account_id] += 1
                 call = asyncio.create_task(self._post(delivery))
                 self.calls.add(call)
                 call.add_done_callback(self.calls.discard)
         return bool(claimed)
+
+    def _share(self) -> int:
+        """The lane's calls split evenly between the accounts that have some under way and one more,
+        and never more than half of them, so an account whose events come next always finds room;
+        never below MIN_ACCOUNT_SHARE."""
+        active = sum(1 for calls in self.busy.values() if calls > 0)
+        return max(MIN_ACCOUNT_SHARE, min(MAX_IN_FLIGHT // 2, MAX_IN_FLIGHT // (active + 1)))
 
     async def _render_due_reports(self) -> None:
         """`after_seconds` reports that are due become deliveries; one that cannot is parked."""
@@ -133,12 +148,20 @@ class EventLane:
 
     async def _post(self, delivery: deliveries.ClaimedDelivery) -> None:
         assert delivery.url is not None
-        body = orjson.dumps(delivery.body)
-        at = utcnow()
-        headers = signed_headers(
-            self._secret(delivery.secret_encrypted), event_id=delivery.id, timestamp=at, body=body.decode()
-        )
-        result = await self.poster.post(delivery.url, body, headers)
+        try:
+            body = orjson.dumps(delivery.body)
+            at = utcnow()
+            headers = signed_headers(
+                self._secret(delivery.secret_encrypted),
+                event_id=delivery.id,
+                timestamp=at,
+                body=body.decode(),
+            )
+            result = await self.poster.post(delivery.url, body, headers)
+        finally:
+            self.busy[delivery.account_id] -= 1
+            if self.busy[delivery.account_id] <= 0:
+                del self.busy[delivery.account_id]
         self.attempts.append(deliveries.Attempted(delivery, at, result))
         self.attempt_ready.set()
 

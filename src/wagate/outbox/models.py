@@ -55,6 +55,8 @@ class OutboxJob(Base):
     priority: Mapped[int] = mapped_column(SmallInteger, default=Priority.single)
     # Sends are paced per channel; other kinds leave it empty.
     channel_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # An event delivery's account: the event lane shares its calls fairly between accounts.
+    account_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     message_id: Mapped[str | None] = mapped_column(String(40), nullable=True, index=True)
     # A bulk send's batch: whether a batch still has sends waiting is one index lookup.
     batch_id: Mapped[str | None] = mapped_column(String(40), nullable=True, index=True)

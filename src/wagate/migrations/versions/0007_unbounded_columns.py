@@ -1,4 +1,4 @@
-"""columns written from data of unbounded size become text
+"""columns written from data of unbounded size become text; outbox.account_id for fair event delivery
 
 Revision ID: 0007
 Revises: 0006
@@ -28,6 +28,10 @@ COLUMNS = [
 
 
 def upgrade() -> None:
+    # The event lane shares its calls between accounts. Rows queued before this have none and are
+    # shared as one more account.
+    with op.batch_alter_table("outbox") as batch:
+        batch.add_column(sa.Column("account_id", sa.Integer(), nullable=True))
     if op.get_bind().dialect.name != "postgresql":
         return
     for table, column, length, nullable in COLUMNS:
@@ -37,6 +41,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("outbox") as batch:
+        batch.drop_column("account_id")
     if op.get_bind().dialect.name != "postgresql":
         return
     for table, column, length, nullable in COLUMNS:
