@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -18,6 +19,8 @@ from wagate.events.subscriptions import Subscriptions
 from wagate.idempotency.service import purge_expired as purge_idempotency_keys
 from wagate.messages.parked import PARKED_STATUS_MAX_AGE, purge_parked_statuses
 from wagate.messages.webhooks import process_webhook_bodies
+from wagate.outbox.dead_letters import bury, describe_error
+from wagate.outbox.isolation import write_isolating
 from wagate.outbox.models import JobKind, JobState, OutboxJob, Priority, claim_rows
 from wagate.outbox.retry import BACKGROUND
 from wagate.security import SecretBox
@@ -28,6 +31,10 @@ log = logging.getLogger(__name__)
 
 # Webhook bodies are applied many at a time: one query per batch, not per status.
 WEBHOOK_BATCH = 500
+# A body that failed alone this many times (its retries a second, then two, apart) goes to the dead
+# letters: what fails then is its content (a value no column takes, a wamid that is another message's),
+# not the moment. An outage of the database buries nothing (see outbox/isolation.py).
+WEBHOOK_ATTEMPTS = 3
 PURGE_INTERVAL = timedelta(hours=1)
 
 
@@ -88,11 +95,35 @@ def fail_jobs(session: Session, jobs: list[ClaimedJob], error: str) -> None:
         )
 
 
+def retry_or_bury(session: Session, job: ClaimedJob, error: str) -> None:
+    """A body that failed alone: tried again with backoff, or, once it has failed WEBHOOK_ATTEMPTS
+    times, moved to the dead letters in the transaction that takes it out of the outbox."""
+    if job.attempts < WEBHOOK_ATTEMPTS:
+        fail_jobs(session, [job], error)
+        return
+    log.error(
+        "stored Meta webhook %s failed %d times (%s): moved to the dead letters", job.id, job.attempts, error
+    )
+    bury(
+        session,
+        kind=JobKind.meta_webhook.value,
+        payload=job.payload,
+        error=error,
+        attempts=job.attempts,
+        reference=str(job.id),
+    )
+    finish_jobs(session, [job.id])
+
+
 async def run_webhook_batch(
     db: Database, *, worker_id: str, subscriptions: Subscriptions | None = None
 ) -> tuple[int, int]:
     """Claim and apply stored Meta webhooks; returns how many bodies were claimed and how many
-    events they caused."""
+    events they caused.
+
+    The batch is one unit of work; only when it fails is it split, down to the bodies that fail alone
+    (about twenty units for one bad body among 500), so the others are applied now, not after its
+    retries."""
 
     def claim(session: Session) -> list[ClaimedJob]:
         return claim_jobs(session, kind=JobKind.meta_webhook, limit=WEBHOOK_BATCH, worker_id=worker_id)
@@ -101,23 +132,18 @@ async def run_webhook_batch(
     if not jobs:
         return 0, 0
 
-    def apply(session: Session) -> int:
-        events = process_webhook_bodies(session, [job.payload for job in jobs], subscriptions)
-        finish_jobs(session, [job.id for job in jobs])
+    def apply(session: Session, some: Sequence[ClaimedJob]) -> int:
+        events = process_webhook_bodies(session, [job.payload for job in some], subscriptions)
+        finish_jobs(session, [job.id for job in some])
         return events
 
-    events = 0
-    try:
-        events = await db.write(apply)
-    except Exception as exc:
-        log.exception("applying %d Meta webhooks failed; they will be retried", len(jobs))
-        error = repr(exc)
-
-        def retry(session: Session) -> None:
-            fail_jobs(session, jobs, error)
-
-        await db.write(retry)
-    return len(jobs), events
+    events, unwritten = await write_isolating(db, jobs, apply, retry_or_bury)
+    if unwritten:  # the database went away: nothing is wrong with them, they come again
+        try:
+            await db.write(lambda session: fail_jobs(session, unwritten, "the database was out of reach"))
+        except Exception as exc:  # still away: they come again when their lease runs out
+            log.warning("could not reschedule %d Meta webhooks: %s", len(unwritten), describe_error(exc))
+    return len(jobs), sum(events)
 
 
 async def sync_channel_templates(
