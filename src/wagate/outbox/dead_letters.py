@@ -12,7 +12,6 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy import JSON, Integer, String, Text, insert, select
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
@@ -33,19 +32,6 @@ class DeadLetter(Base):
     error: Mapped[str] = mapped_column(Text)
     attempts: Mapped[int] = mapped_column(Integer, default=1)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
-
-
-def describe_error(exc: BaseException) -> str:
-    """An error as the class and the first line of its message.
-
-    A database error is described by the driver's own: it names the constraint or the type that
-    refused the row, never the SQL's parameters (a customer's text, a phone number), and its first line
-    leaves out PostgreSQL's DETAIL, which quotes the values.
-    """
-    cause: BaseException = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
-    lines = str(cause).strip().splitlines()
-    text = f"{type(cause).__name__}: {lines[0]}" if lines else type(cause).__name__
-    return text[:ERROR_LENGTH]
 
 
 def bury(

@@ -44,4 +44,9 @@ def _driver_error(orig: BaseException) -> str:
     sqlite_name = getattr(orig, "sqlite_errorname", None)  # sqlite3, e.g. SQLITE_CONSTRAINT_UNIQUE
     if sqlite_name:
         parts.append(str(sqlite_name))
+        # SQLite's constraint messages name the columns, never the values ("UNIQUE constraint
+        # failed: messages.upstream_message_id"): the one part of its text that is kept.
+        text = str(orig)
+        if str(sqlite_name).startswith("SQLITE_CONSTRAINT") and " constraint failed" in text:
+            parts.append(text.splitlines()[0][:200])
     return ", ".join(parts)

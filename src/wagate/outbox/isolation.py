@@ -20,7 +20,7 @@ from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session
 
 from wagate.db import Database
-from wagate.outbox.dead_letters import describe_error
+from wagate.outbox.errors import describe_error
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ async def write_isolating(
         right = await write_isolating(db, items[middle:], apply, park, first=first)
         return left[0] + right[0], left[1] + right[1]
     item = items[0]
-    log.error("a lane could not write one item and parks it: %s", error)
+    log.error("a lane could not write one item (%s); it goes to its park step", error)
     try:
         await db.write(lambda session: park(session, item, error), first=first)
     except Exception as exc:

@@ -19,7 +19,8 @@ from wagate.events.subscriptions import Subscriptions
 from wagate.idempotency.service import purge_expired as purge_idempotency_keys
 from wagate.messages.parked import PARKED_STATUS_MAX_AGE, purge_parked_statuses
 from wagate.messages.webhooks import process_webhook_bodies
-from wagate.outbox.dead_letters import bury, describe_error
+from wagate.outbox.dead_letters import bury
+from wagate.outbox.errors import describe_error
 from wagate.outbox.isolation import write_isolating
 from wagate.outbox.models import JobKind, JobState, OutboxJob, Priority, claim_rows
 from wagate.outbox.retry import BACKGROUND
