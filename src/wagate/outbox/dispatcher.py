@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 from wagate.channels.models import Channel
 from wagate.config import Settings
 from wagate.db import Database, utcnow
+from wagate.events.subscriptions import Subscriptions
 from wagate.lookups import Lookups
 from wagate.outbox import jobs, sends
 from wagate.outbox.errors import describe_error
@@ -499,16 +500,29 @@ class Dispatcher:
             # Sends orphaned by a crash are judged only once this process has listened for Meta's
             # webhooks for a whole grace period: before that, silence proves nothing.
             if time.monotonic() - self.started_at >= self.settings.unconfirmed_send_grace_seconds:
-                held = {job for lane in self.lanes.values() for job in lane.holding}
-                released = await self.db.write(
-                    lambda s: sends.release_unconfirmed(s, subscriptions, held=held)
-                )
-                if released:
-                    self.wake_events()
+                await self._release_unconfirmed(subscriptions)
             for kind in (JobKind.sync_templates, JobKind.purge_expired):
                 for job in await self._claim(kind):
                     await self._run_periodic(job)
         return busy
+
+    async def _release_unconfirmed(self, subscriptions: Subscriptions) -> None:
+        """Settle sends whose outcome stayed unknown too long (see sends.release_unconfirmed), except
+        those a lane of this process still holds, whatever their lease says; one that cannot be
+        settled is parked, not retried every second in front of the others."""
+        async with self.db.read() as session:
+            expired = await session.run_sync(lambda s: sends.expired_sends(s))
+        held = {job for lane in self.lanes.values() for job in lane.holding}
+        expired = [job for job in expired if job not in held]
+        if not expired:
+            return
+
+        def release(session: Session, job_ids: Sequence[int]) -> int:
+            return sends.release_unconfirmed(session, job_ids, subscriptions)
+
+        events, _ = await write_isolating(self.db, expired, release, sends.park_release)
+        if sum(events):
+            self.wake_events()
 
     async def _claim(self, kind: JobKind) -> list[jobs.ClaimedJob]:
         def claim(session: Session) -> list[jobs.ClaimedJob]:

@@ -10,7 +10,7 @@ such a row (`settle_sends`); what the grace period does with one that stays unse
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Collection
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -251,8 +251,23 @@ def apply_parked_statuses(session: Session, wamids: list[str]) -> list[StatusCha
     return apply_status_payloads(session, [(p.channel_id, p.payload) for p in parked], park_unknown=False)
 
 
+def expired_sends(session: Session, *, limit: int = 500) -> list[int]:
+    """Send rows `in_flight` past their lease or `unconfirmed` past their grace: for release_unconfirmed."""
+    return list(
+        session.scalars(
+            select(OutboxJob.id)
+            .where(
+                OutboxJob.kind == JobKind.send_message,
+                OutboxJob.state.in_([JobState.in_flight, JobState.unconfirmed]),
+                OutboxJob.locked_until < utcnow(),
+            )
+            .limit(limit)
+        )
+    )
+
+
 def release_unconfirmed(
-    session: Session, subscriptions: Subscriptions | None = None, *, held: Collection[int] = ()
+    session: Session, job_ids: Sequence[int], subscriptions: Subscriptions | None = None
 ) -> int:
     """Settle sends whose outcome stayed unknown past their grace period, with no status webhook.
 
@@ -262,7 +277,7 @@ def release_unconfirmed(
     `unconfirmed`: Meta answered in a way that leaves it open (timeout, 5xx). It is not sent blindly
     a second time; the message fails with `upstream_unconfirmed`, so a caller polling it (or its
     `after_seconds` callback) can fall back, e.g. to SMS. Returns how many events it wrote.
-    `held`: rows this process's lanes still hold, whatever their lease says; never released.
+    Only the rows of `job_ids` (from `expired_sends`) that are still past their time are looked at.
     """
     now = utcnow()
     rows = (
@@ -270,18 +285,15 @@ def release_unconfirmed(
             select(OutboxJob, Message)
             .join(Message, Message.id == OutboxJob.message_id)
             .where(
-                OutboxJob.kind == JobKind.send_message,
+                OutboxJob.id.in_(job_ids),
                 OutboxJob.state.in_([JobState.in_flight, JobState.unconfirmed]),
                 OutboxJob.locked_until < now,
             )
-            .limit(500)
         )
     ).all()
     changes: list[StatusChange] = []
     handed: list[str] = []
     for job, message in rows:
-        if job.id in held:
-            continue
         settled = message.upstream_message_id is not None or message.status is MessageStatus.failed
         resend = job.state is JobState.in_flight and not SEND_ORPHANED.exhausted(job.attempts)
         if not settled and resend:
@@ -300,6 +312,15 @@ def release_unconfirmed(
     session.flush()
     events = complete_batches(session, handed, subscriptions) if handed else 0
     return events + publish_status_changes(session, changes, subscriptions)
+
+
+def park_release(session: Session, job_id: int, error: str) -> None:
+    """A send whose release cannot be stored (see outbox/isolation.py): kept as a dead letter and taken
+    out of the outbox, neither sent again nor failed; its message keeps the status it had."""
+    message_id = session.scalar(
+        delete(OutboxJob).where(OutboxJob.id == job_id).returning(OutboxJob.message_id)
+    )
+    bury(session, kind="send_release", reference=message_id, payload={"job_id": job_id}, error=error)
 
 
 def settle_sends(session: Session, message_ids: list[str]) -> None:
