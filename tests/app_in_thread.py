@@ -1,4 +1,4 @@
-"""A migrated, provisioned gateway in a thread, like conftest's `running_gateway`, with its app at hand.
+"""A migrated, provisioned gateway in a thread (`running_gateway`), or with its app at hand.
 
 For tests that must look inside the running process while they talk HTTP to it: count the queries
 its engine runs, or put another process's write between two steps of a request. `sql` reads and
@@ -26,32 +26,71 @@ from wagate.operations import run_provision
 from wagate.simulator.server import start_in_thread
 
 
-@contextmanager
-def gateway_with_app(
-    database_url: str, simulator: Simulator, *, run_dispatcher: bool = True, **settings: Any
-) -> Iterator[tuple[Gateway, FastAPI]]:
-    config = Settings(
+def gateway_settings(
+    database_url: str, simulator: Simulator, secret_key: str, **overrides: object
+) -> Settings:
+    return Settings(
         database_url=database_url,
         graph_api_url=simulator.graph_url,
         meta_app_secret=APP_SECRET,
         meta_verify_token=VERIFY_TOKEN,
-        secret_key=Fernet.generate_key().decode(),
+        secret_key=secret_key,
         unconfirmed_send_grace_seconds=3.0,
         upstream_timeout_seconds=2.0,
-        **settings,
+        **overrides,  # type: ignore[arg-type]
+    )
+
+
+@contextmanager
+def gateway_with_app(
+    database_url: str,
+    simulator: Simulator,
+    spec: dict[str, Any] | None = None,
+    secret_key: str | None = None,
+    *,
+    run_dispatcher: bool = True,
+    wire_simulator: bool = False,
+    **settings: Any,
+) -> Iterator[tuple[Gateway, FastAPI]]:
+    """The gateway and its app object. Give the same `secret_key` to start a gateway again on the
+    same database (a restart); `wire_simulator` aims the simulator's webhooks at it."""
+    config = gateway_settings(
+        database_url, simulator, secret_key or Fernet.generate_key().decode(), **settings
     )
     migrate(database_url)
-    provisioned = asyncio.run(run_provision(config, ProvisionFile.model_validate(provision_file())))
+    provisioned = asyncio.run(run_provision(config, ProvisionFile.model_validate(spec or provision_file())))
     accounts = {a["name"]: a for a in provisioned["accounts"]}
     ids = {c["name"].lower(): c["channel_id"] for a in accounts.values() for c in a["channels"]}
+    ids["globex_channel"] = accounts["Globex"]["channels"][0]["channel_id"]
     ids.update(acme=accounts["Acme"]["account_id"], globex=accounts["Globex"]["account_id"])
     app = create_app(config, run_dispatcher=run_dispatcher)
     url, stop = start_in_thread(app)
+    if wire_simulator:
+        simulator.configure(webhook_url=f"{url}/webhooks/whatsapp")
     try:
         with httpx.Client(timeout=10) as http:
             yield Gateway(url, http, simulator, database_url, ids), app
     finally:
         stop()
+
+
+@contextmanager
+def running_gateway(
+    database_url: str,
+    simulator: Simulator,
+    spec: dict[str, Any] | None = None,
+    secret_key: str | None = None,
+    **settings: Any,
+) -> Iterator[Gateway]:
+    """A migrated, provisioned gateway on a loopback port, the simulator's webhooks aimed at it.
+
+    Give the same `secret_key` to start a gateway again on the same database (a restart).
+    """
+    with gateway_with_app(database_url, simulator, spec, secret_key, wire_simulator=True, **settings) as (
+        gateway,
+        _,
+    ):
+        yield gateway
 
 
 def sql(database_url: str, statement: str, **params: Any) -> list[tuple[Any, ...]]:

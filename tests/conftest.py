@@ -1,34 +1,24 @@
 from __future__ import annotations
 
-import asyncio
 import os
 import secrets
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import httpx
 import psycopg
 import pytest
-from cryptography.fernet import Fernet
 
+from app_in_thread import running_gateway
 from support import (
     APP_SECRET,
     GLOBEX,
     MAIN,
     SECOND,
-    VERIFY_TOKEN,
     Gateway,
     Simulator,
     postgres_admin_url,
-    provision_file,
 )
-from wagate.accounts.provisioning import ProvisionFile
-from wagate.app import create_app
-from wagate.config import Settings
-from wagate.migrate import migrate
-from wagate.operations import run_provision
 from wagate.simulator.app import create_simulator_app
 from wagate.simulator.server import start_in_thread
 from wagate.simulator.state import SimulatorConfig
@@ -91,51 +81,6 @@ def simulator() -> Iterator[Simulator]:
             http.post(f"{url}/_sim/channels", json=channel).raise_for_status()
         yield Simulator(url, http)
     stop()
-
-
-def gateway_settings(
-    database_url: str, simulator: Simulator, secret_key: str, **overrides: object
-) -> Settings:
-    return Settings(
-        database_url=database_url,
-        graph_api_url=simulator.graph_url,
-        meta_app_secret=APP_SECRET,
-        meta_verify_token=VERIFY_TOKEN,
-        secret_key=secret_key,
-        unconfirmed_send_grace_seconds=3.0,
-        upstream_timeout_seconds=2.0,
-        **overrides,  # type: ignore[arg-type]
-    )
-
-
-@contextmanager
-def running_gateway(
-    database_url: str,
-    simulator: Simulator,
-    spec: dict[str, Any] | None = None,
-    secret_key: str | None = None,
-    **settings: Any,
-) -> Iterator[Gateway]:
-    """A migrated, provisioned gateway on a loopback port, the simulator's webhooks aimed at it.
-
-    Give the same `secret_key` to start a gateway again on the same database (a restart).
-    """
-    config = gateway_settings(
-        database_url, simulator, secret_key or Fernet.generate_key().decode(), **settings
-    )
-    migrate(database_url)
-    provisioned = asyncio.run(run_provision(config, ProvisionFile.model_validate(spec or provision_file())))
-    accounts = {a["name"]: a for a in provisioned["accounts"]}
-    ids = {c["name"].lower(): c["channel_id"] for a in accounts.values() for c in a["channels"]}
-    ids["globex_channel"] = accounts["Globex"]["channels"][0]["channel_id"]
-    ids.update(acme=accounts["Acme"]["account_id"], globex=accounts["Globex"]["account_id"])
-    url, stop = start_in_thread(create_app(config))
-    simulator.configure(webhook_url=f"{url}/webhooks/whatsapp")
-    try:
-        with httpx.Client(timeout=10) as http:
-            yield Gateway(url, http, simulator, database_url, ids)
-    finally:
-        stop()
 
 
 @pytest.fixture(scope="module")

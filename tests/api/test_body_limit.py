@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import orjson
 import pytest
 
-from conftest import running_gateway
+from app_in_thread import running_gateway
 from support import Gateway, Simulator, new_number
 from wagate.config import Settings
 

@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 import pytest
 
-from conftest import running_gateway
+from app_in_thread import running_gateway
 from support import MAIN, VERIFY_TOKEN, Gateway, Simulator, new_number, wait_for
 
 OTP = {"name": "otp_code", "language": "en", "parameters": ["123456"]}

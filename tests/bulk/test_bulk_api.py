@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import func, select
 from standardwebhooks import Webhook
 
-from conftest import running_gateway
+from app_in_thread import running_gateway
 from receiver import Receiver
 from support import (
     ADMIN_TOKEN,

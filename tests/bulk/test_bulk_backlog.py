@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from conftest import running_gateway
+from app_in_thread import running_gateway
 from gateway_process import query
 from support import ADMIN_TOKEN, Gateway, Simulator, new_number, wait_for
 

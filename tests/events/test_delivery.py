@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from standardwebhooks import Webhook
 
-from conftest import running_gateway
+from app_in_thread import running_gateway
 from receiver import Received, Receiver
 from support import ADMIN_TOKEN, AGENT_TOKEN, MAIN, OTHER_TOKEN, Gateway, Simulator, new_number, wait_for
 from wagate.events.http import EventPoster

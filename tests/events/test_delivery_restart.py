@@ -9,7 +9,7 @@ import pytest
 from cryptography.fernet import Fernet
 from standardwebhooks import Webhook
 
-from conftest import running_gateway
+from app_in_thread import running_gateway
 from receiver import Receiver
 from support import Simulator, new_number, wait_for
 

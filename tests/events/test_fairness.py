@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import running_gateway
+from app_in_thread import running_gateway
 from receiver import Receiver
 from support import ADMIN_TOKEN, OTHER_TOKEN, Gateway, Simulator, new_number, wait_for
 

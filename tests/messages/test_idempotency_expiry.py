@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from conftest import running_gateway
+from app_in_thread import running_gateway
 from support import Gateway, Simulator, new_number, wait_for
 
 

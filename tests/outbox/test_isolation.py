@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from standardwebhooks import Webhook
 
-from conftest import running_gateway
+from app_in_thread import running_gateway
 from gateway_process import query
 from receiver import Receiver
 from support import Gateway, Simulator, new_number, wait_for

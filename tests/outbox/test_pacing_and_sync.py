@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from conftest import running_gateway
+from app_in_thread import running_gateway
 from support import Gateway, Simulator, new_number, provision_file, wait_for
 
 PACED = {

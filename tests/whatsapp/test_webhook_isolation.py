@@ -21,7 +21,7 @@ import pytest
 from cryptography.fernet import Fernet
 from sqlalchemy import create_engine, func, select
 
-from conftest import gateway_settings, running_gateway
+from app_in_thread import gateway_settings, running_gateway
 from support import APP_SECRET, MAIN, Gateway, Simulator, new_number, wait_for
 from wagate.app import create_app
 from wagate.migrate import sync_url
