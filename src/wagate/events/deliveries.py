@@ -7,7 +7,6 @@ sent again after the lease (a receiver drops the duplicate by its `webhook-id`).
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -81,6 +80,13 @@ class FairShare:
     def full(self) -> set[int | None]:
         return {account for account, calls in self.busy.items() if calls >= self.share}
 
+    def claim_limit(self, free: int) -> int:
+        """How many rows one claim may take so that no account passes its room, whichever accounts
+        the rows turn out to belong to: the least room of an account that still has some (a new one
+        has the whole share), within the lane's free calls."""
+        rooms = [self.room(account) for account in self.busy if self.room(account) > 0]
+        return min(free, self.share, *rooms)
+
 
 def claim_deliveries(
     session: Session, *, limit: int, worker_id: str, lease_seconds: float, fair: FairShare | None = None
@@ -89,12 +95,15 @@ def claim_deliveries(
 
     With `fair`, no account gets more than its room: an account whose endpoints hang cannot take the
     lane's every call while other accounts' events wait. Accounts already at their share are left
-    out of the scan, so their backlog does not hide the others' rows.
+    out of the scan, so their backlog does not hide the others' rows, and one claim takes no more
+    than the least room left (`FairShare.claim_limit`), so it stays one statement.
     """
+    if fair is not None:
+        limit = fair.claim_limit(limit)
     now = utcnow()
     earlier = aliased(OutboxJob)
     due = (
-        select(OutboxJob.id, OutboxJob.account_id)
+        select(OutboxJob.id)
         .where(
             OutboxJob.kind == JobKind.deliver_event,
             OutboxJob.state == JobState.ready,
@@ -118,22 +127,9 @@ def claim_deliveries(
             due = due.where(OutboxJob.account_id.is_(None) | OutboxJob.account_id.not_in(known))
         if None in full:
             due = due.where(OutboxJob.account_id.is_not(None))
-        picked: list[int] = []
-        taken: Counter[int | None] = Counter()
-        for job_id, account_id in session.execute(due):
-            if taken[account_id] < fair.room(account_id):
-                taken[account_id] += 1
-                picked.append(job_id)
-        if not picked:
-            return []
-        # Still free? Another worker may have taken some since they were read.
-        due = select(OutboxJob.id, OutboxJob.account_id).where(
-            OutboxJob.id.in_(picked),
-            (OutboxJob.locked_until.is_(None)) | (OutboxJob.locked_until < now),
-        )
     jobs = claim_rows(
         session,
-        due.with_only_columns(OutboxJob.id),
+        due,
         values={
             "attempts": OutboxJob.attempts + 1,
             "locked_by": worker_id,

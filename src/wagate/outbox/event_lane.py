@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
@@ -39,6 +40,7 @@ MAX_IN_FLIGHT = 256
 # However many accounts have calls under way, each may have at least this many: an account whose
 # endpoints hang for their full 10 s gets its share of the lane, never the whole of it.
 MIN_ACCOUNT_SHARE = 8
+REPORT_CHECK_SECONDS = 0.2
 # A claimed delivery whose process died is sent again after this (the call itself takes at most 10 s).
 LEASE_SECONDS = 60.0
 
@@ -56,6 +58,7 @@ class EventLane:
         )
         self.calls: set[asyncio.Task[None]] = set()
         self.busy: Counter[int | None] = Counter()  # calls under way, per account
+        self._reports_checked_at = 0.0
         self.attempts: list[deliveries.Attempted] = []
         self.attempt_ready = asyncio.Event()
         self.wake_event = asyncio.Event()
@@ -126,7 +129,13 @@ class EventLane:
         return max(MIN_ACCOUNT_SHARE, min(MAX_IN_FLIGHT // 2, MAX_IN_FLIGHT // (active + 1)))
 
     async def _render_due_reports(self) -> None:
-        """`after_seconds` reports that are due become deliveries; one that cannot is parked."""
+        """`after_seconds` reports that are due become deliveries; one that cannot is parked.
+
+        Looked for a few times a second, not on every round: a report is due at a whole number of
+        seconds after its message, and a fraction of a second later is on time."""
+        if time.monotonic() - self._reports_checked_at < REPORT_CHECK_SECONDS:
+            return
+        self._reports_checked_at = time.monotonic()
         async with self.db.read() as session:
             due = await session.run_sync(lambda s: publish.due_reports(s))
         if due:
