@@ -18,11 +18,11 @@ from fastapi import FastAPI
 from sqlalchemy import NullPool, create_engine, text
 
 from support import APP_SECRET, VERIFY_TOKEN, Gateway, Simulator, provision_file
-from wagate.accounts.provisioning import ProvisionFile
 from wagate.app import create_app
 from wagate.config import Settings
 from wagate.migrate import migrate, sync_url
 from wagate.operations import run_provision
+from wagate.provisioning import ProvisionFile
 from wagate.simulator.server import start_in_thread
 
 

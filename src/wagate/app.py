@@ -6,7 +6,6 @@ import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -18,27 +17,21 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from wagate.bulk.endpoints import router as bulk_router
 from wagate.channels.endpoints import router as channels_router
 from wagate.config import Settings, get_settings
-from wagate.db import Database, sqlite_path
+from wagate.db import Database
+from wagate.dispatch.dispatcher import Dispatcher
 from wagate.errors import InvalidRequest, MethodNotAllowed, NotFound, NotReady, WagateError
 from wagate.events.endpoints import router as events_router
 from wagate.idempotency.service import InFlightKeys
 from wagate.limits import RequestGuard
 from wagate.lookups import Lookups
 from wagate.messages.endpoints import router as messages_router
-from wagate.outbox.dispatcher import Dispatcher
 from wagate.responses import FastJSONResponse as JSONResponse
-from wagate.security import SecretBox
+from wagate.security import secret_box_for
 from wagate.templates.endpoints import router as templates_router
 from wagate.whatsapp.client import CloudApiClient
 from wagate.whatsapp.webhook import routes as whatsapp_webhook_routes
 
 log = logging.getLogger(__name__)
-
-
-def secret_box_for(settings: Settings) -> SecretBox:
-    db_file = sqlite_path(settings.database_url)
-    key_dir = db_file.parent if db_file is not None else Path.cwd()
-    return SecretBox.from_settings(settings.secret_key, key_dir / "wagate.secret")
 
 
 def _validation_details(exc: RequestValidationError) -> tuple[str, list[dict[str, str]]]:

@@ -81,8 +81,8 @@ def provision_command(
     """Create or update accounts, users, API keys and channels from FILE.json; prints JSON."""
     from pydantic import ValidationError
 
-    from wagate.accounts.provisioning import ProvisionFile
     from wagate.operations import run_provision
+    from wagate.provisioning import ProvisionFile
 
     settings = get_settings()
     _logging(settings)

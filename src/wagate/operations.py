@@ -7,12 +7,12 @@ from typing import Any
 
 from sqlalchemy import select
 
-from wagate.accounts.provisioning import ProvisionFile, provision
-from wagate.app import secret_box_for
 from wagate.channels.models import Channel
 from wagate.config import Settings
 from wagate.db import Database
-from wagate.outbox.jobs import sync_channel_templates
+from wagate.dispatch.jobs import sync_channel_templates
+from wagate.provisioning import ProvisionFile, provision
+from wagate.security import secret_box_for
 from wagate.whatsapp.client import CloudApiClient
 
 log = logging.getLogger(__name__)

@@ -12,11 +12,11 @@ import sys
 import aiohttp
 import uvicorn
 
-from wagate.accounts.provisioning import AccountSpec, ApiKeySpec, ChannelSpec, ProvisionFile, UserSpec
 from wagate.app import create_app
 from wagate.config import Settings
 from wagate.migrate import migrate
 from wagate.operations import run_provision
+from wagate.provisioning import AccountSpec, ApiKeySpec, ChannelSpec, ProvisionFile, UserSpec
 from wagate.security import new_api_token
 from wagate.simulator.app import create_simulator_app
 from wagate.simulator.server import base_url_of, serve_in_background

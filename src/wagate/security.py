@@ -10,6 +10,9 @@ from pathlib import Path
 
 from cryptography.fernet import Fernet, InvalidToken
 
+from wagate.config import Settings
+from wagate.db import sqlite_path
+
 API_KEY_PREFIX = "wg_"
 _SCRYPT = {"n": 2**14, "r": 8, "p": 1}
 
@@ -71,3 +74,11 @@ class SecretBox:
             return self.decrypt(token) == plain
         except InvalidToken:
             return False
+
+
+def secret_box_for(settings: Settings) -> SecretBox:
+    """The deployment's box: `WAGATE_SECRET_KEY`, else a key kept in `wagate.secret` beside the SQLite
+    file (or in the working directory)."""
+    db_file = sqlite_path(settings.database_url)
+    key_dir = db_file.parent if db_file is not None else Path.cwd()
+    return SecretBox.from_settings(settings.secret_key, key_dir / "wagate.secret")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import signal
 
-from wagate.app import secret_box_for
 from wagate.config import Settings
 from wagate.db import Database
-from wagate.outbox.dispatcher import Dispatcher
+from wagate.dispatch.dispatcher import Dispatcher
+from wagate.security import secret_box_for
 from wagate.whatsapp.client import CloudApiClient
 
 

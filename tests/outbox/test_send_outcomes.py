@@ -11,12 +11,12 @@ from wagate.accounts.models import Account
 from wagate.channels.models import Channel
 from wagate.config import Settings
 from wagate.db import Database
+from wagate.dispatch import sends
 from wagate.events.subscriptions import NO_SUBSCRIPTIONS
 from wagate.messages.models import Message
 from wagate.messages.service import build_send, store_sends
 from wagate.migrate import migrate
-from wagate.outbox import sends
-from wagate.outbox.models import OutboxJob
+from wagate.outbox.models import ClaimedSend, OutboxJob
 from wagate.outbox.retry import SEND_NOT_DELIVERED
 
 
@@ -61,10 +61,10 @@ def test_a_send_that_never_reaches_meta_fails_once_its_retries_are_spent(databas
             jobs = {j.message_id: j for j in await session.scalars(select(OutboxJob))}
         outcomes: list[sends.Outcome] = [
             sends.Retry(
-                sends.ClaimedSend(jobs[spent].id, spent, {}, SEND_NOT_DELIVERED.max_attempts, 0),
+                ClaimedSend(jobs[spent].id, spent, {}, SEND_NOT_DELIVERED.max_attempts, 0),
                 "130429: Rate limit hit",
             ),
-            sends.Retry(sends.ClaimedSend(jobs[young].id, young, {}, 1, 0), "130429: Rate limit hit"),
+            sends.Retry(ClaimedSend(jobs[young].id, young, {}, 1, 0), "130429: Rate limit hit"),
         ]
         await db.write(lambda s: sends.record_outcomes(s, outcomes, grace_seconds=60))
         async with db.read() as session:

@@ -24,8 +24,8 @@ from sqlalchemy import create_engine, func, select
 from app_in_thread import gateway_settings, running_gateway
 from support import APP_SECRET, MAIN, Gateway, Simulator, new_number, wait_for
 from wagate.app import create_app
+from wagate.dispatch import jobs
 from wagate.migrate import sync_url
-from wagate.outbox import jobs
 from wagate.outbox.models import JobKind, OutboxJob
 from wagate.outbox.retry import RetryPolicy
 from wagate.simulator.magic import MAGIC_SERVER_ERROR

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request
@@ -9,7 +8,7 @@ from sqlalchemy.orm import Session
 from wagate.accounts.auth import Principal, account_member
 from wagate.channels.service import channel_for_member
 from wagate.conversations.service import find_conversation, window_of
-from wagate.db import isoformat, utcnow
+from wagate.db import isoformat
 from wagate.events import service as events
 from wagate.events.schemas import delivery_view
 from wagate.idempotency import service as idempotency
@@ -17,7 +16,7 @@ from wagate.idempotency.http import answer_once
 from wagate.limits import Id
 from wagate.messages import service
 from wagate.messages.schemas import SendMessageRequest, SendMessageResponse
-from wagate.outbox.sends import ClaimedSend
+from wagate.outbox.models import ClaimedSend
 from wagate.phones import normalize_phone_number
 from wagate.responses import FastJSONResponse as JSONResponse
 
@@ -83,11 +82,7 @@ async def _accept(
     # The fast path: when this process sends for the channel and its window has room (a batch under
     # way takes none of it), the row is stored already claimed and the call starts right after the
     # commit, without a claim of its own.
-    slot = dispatcher.reserve_send(prepared.channel_id)
-    claim = None
-    if slot is not None:
-        locked_until = utcnow() + timedelta(seconds=dispatcher.in_flight_lease_seconds)
-        claim = service.SendClaim(dispatcher.worker_id, locked_until)
+    claim = dispatcher.prepare_claim(prepared.channel_id)
 
     def unit(session: Session) -> int:
         job_id = service.store_send(
@@ -103,9 +98,8 @@ async def _accept(
         return job_id
 
     job_id = await state.db.write(unit)
-    if slot is not None:
-        claimed = ClaimedSend(job_id, prepared.message_id, prepared.upstream_body, 1, prepared.priority)
-        slot.start(claimed)
+    if claim is not None:
+        claim.started(ClaimedSend(job_id, prepared.message_id, prepared.upstream_body, 1, prepared.priority))
     else:
         dispatcher.wake(prepared.channel_id)
     if prepared.announced:

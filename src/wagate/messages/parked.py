@@ -1,7 +1,7 @@
 """Parked statuses that no send ever claims are forgotten after a while.
 
 A status is parked when Meta reports on a wamid we do not know yet: the send's own result is about
-to bring it (see `outbox.sends.apply_parked_statuses`), within seconds. One still parked a day later
+to bring it (see `messages.webhooks.apply_parked_statuses`), within seconds. One still parked a day later
 belongs to no send of ours (another tool on the same number, a send from before a restore) and never
 will, so the hourly purge drops it.
 """

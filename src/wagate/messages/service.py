@@ -25,19 +25,15 @@ from wagate.conversations.service import (
 from wagate.db import isoformat, table_of, utcnow
 from wagate.errors import MessageNotFound, TemplateParametersMismatch, WindowClosed
 from wagate.events.models import EventKind
-from wagate.events.publish import (
-    ConversationChange,
-    publish_conversation_changes,
-    publish_messages_created,
-    schedule_status_reports,
-)
+from wagate.events.publish import ConversationChange, publish_conversation_changes
 from wagate.events.subscriptions import NO_SUBSCRIPTIONS, Subscriptions
 from wagate.events.urls import check_url
 from wagate.ids import new_id
 from wagate.lookups import Lookups
+from wagate.messages.events import publish_messages_created, schedule_status_reports
 from wagate.messages.models import Direction, Message, MessageStatus, SentAs
 from wagate.messages.schemas import SendMessageRequest, StatusCallback, TemplateRef, message_view
-from wagate.outbox.models import JobKind, JobState, OutboxJob, Priority
+from wagate.outbox.models import FastClaim, JobKind, OutboxJob, Priority, outbox_row
 from wagate.outbox.notify import notify_outbox
 from wagate.phones import normalize_phone_number, whatsapp_digits
 from wagate.security import SecretBox
@@ -226,16 +222,8 @@ _INSERT_OUTBOX = insert(table_of(OutboxJob))
 _INSERT_OUTBOX_RETURNING_ID = _INSERT_OUTBOX.returning(table_of(OutboxJob).c.id)
 
 
-@dataclass(frozen=True)
-class SendClaim:
-    """The outbox row is stored already claimed by this worker, whose lane sends it after the commit."""
-
-    worker_id: str
-    locked_until: datetime
-
-
 def store_send(
-    session: Session, send: PreparedSend, *, notify_others: bool = True, claim: SendClaim | None = None
+    session: Session, send: PreparedSend, *, notify_others: bool = True, claim: FastClaim | None = None
 ) -> int:
     """The unit of work behind a 201: the message, its conversation and its outbox row, together.
 
@@ -247,7 +235,7 @@ def store_send(
 
 
 def store_sends(
-    session: Session, sends: list[PreparedSend], *, notify_others: bool = True, claim: SendClaim | None = None
+    session: Session, sends: list[PreparedSend], *, notify_others: bool = True, claim: FastClaim | None = None
 ) -> list[int]:
     """Messages of one account and channel (a single send, or a batch) with their conversations and
     outbox rows: a handful of statements however many there are. Returns the outbox ids of a single
@@ -277,7 +265,20 @@ def store_sends(
     connection = session.connection()
     message_rows = [_message_row(send, conversation_of[send.phone_number], now) for send in sends]
     connection.execute(_INSERT_MESSAGE, message_rows)
-    outbox_rows = [_outbox_row(send, now, claim) for send in sends]
+    outbox_rows = [
+        outbox_row(
+            JobKind.send_message,
+            payload={"body": send.upstream_body},
+            run_at=now,
+            priority=send.priority,
+            now=now,
+            channel_id=send.channel_id,
+            message_id=send.message_id,
+            batch_id=send.batch_id,
+            claimed_by=claim,
+        )
+        for send in sends
+    ]
     job_ids: list[int] = []
     if len(outbox_rows) == 1:
         job_ids.append(connection.execute(_INSERT_OUTBOX_RETURNING_ID, outbox_rows[0]).scalar_one())
@@ -336,25 +337,6 @@ def _message_row(send: PreparedSend, conversation_id: int, now: datetime) -> dic
         "status_history": [{"status": MessageStatus.sent.value, "at": isoformat(now) or ""}],
         "created_at": now,
         "updated_at": now,
-    }
-
-
-def _outbox_row(send: PreparedSend, now: datetime, claim: SendClaim | None) -> dict[str, Any]:
-    return {
-        "kind": JobKind.send_message,
-        "state": JobState.in_flight if claim else JobState.ready,
-        "priority": send.priority,
-        "channel_id": send.channel_id,
-        "message_id": send.message_id,
-        "batch_id": send.batch_id,
-        "ordering_key": None,
-        "payload": {"body": send.upstream_body},
-        "run_at": now,
-        "attempts": 1 if claim else 0,
-        "last_error": None,
-        "locked_by": claim.worker_id if claim else None,
-        "locked_until": claim.locked_until if claim else None,
-        "created_at": now,
     }
 
 

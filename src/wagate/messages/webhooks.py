@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import or_, select
+from sqlalchemy import delete, or_, select
 from sqlalchemy.orm import Session
 
 from wagate.channels.models import Channel
@@ -14,14 +15,10 @@ from wagate.conversations.models import ConversationStatus
 from wagate.conversations.service import get_or_create_conversation
 from wagate.db import isoformat, utcnow
 from wagate.errors import InvalidPhoneNumber
-from wagate.events.publish import (
-    ConversationChange,
-    publish_conversation_changes,
-    publish_messages_created,
-    publish_status_changes,
-)
+from wagate.events.publish import ConversationChange, publish_conversation_changes
 from wagate.events.subscriptions import Subscriptions
 from wagate.ids import new_id
+from wagate.messages.events import publish_messages_created, publish_status_changes
 from wagate.messages.models import Direction, Message, MessageStatus, ParkedStatus
 from wagate.messages.status import StatusChange, apply_status
 from wagate.phones import normalize_phone_number
@@ -72,11 +69,25 @@ def _match(
     return None
 
 
+@dataclass
+class StatusesApplied:
+    """What a round of Meta statuses did: the status changes, and the messages whose send had no
+    known outcome (its reply never came back) that a status settled: their send rows are done."""
+
+    changes: list[StatusChange] = field(default_factory=list)
+    settled: list[str] = field(default_factory=list)
+
+    def add(self, other: StatusesApplied) -> None:
+        self.changes += other.changes
+        self.settled += other.settled
+
+
 def apply_status_payloads(
     session: Session, statuses: Sequence[tuple[int | None, dict[str, Any]]], *, park_unknown: bool = True
-) -> list[StatusChange]:
+) -> StatusesApplied:
     """Apply Meta status objects, each with the id of the channel it came for, to our messages;
-    statuses for wamids not known on their channel are parked."""
+    statuses for wamids not known on their channel are parked. The caller settles the sends of
+    what it returns as `settled`."""
     parsed: list[tuple[StatusUpdate, MessageStatus, int | None, dict[str, Any]]] = []
     for channel_id, payload in statuses:
         update = StatusUpdate.from_dict(payload)
@@ -84,7 +95,7 @@ def apply_status_payloads(
         if status is not None:
             parsed.append((update, status, channel_id, payload))
     if not parsed:
-        return []
+        return StatusesApplied()
     wamids = {u.id for u, _, _, _ in parsed}
     our_ids = {u.biz_opaque_callback_data for u, _, _, _ in parsed if u.biz_opaque_callback_data}
     messages = list(
@@ -121,14 +132,21 @@ def apply_status_payloads(
         change = apply_status(message, status, at=update.timestamp, external_error=_external_error(update))
         if change:
             changes.append(change)
+    applied = StatusesApplied(changes, settled)
     if settled:
-        from wagate.outbox.sends import apply_parked_statuses, settle_sends
-
-        settle_sends(session, settled)
         session.flush()
-        changes += apply_parked_statuses(session, [by_id[m].upstream_message_id or "" for m in settled])
+        applied.add(apply_parked_statuses(session, [by_id[m].upstream_message_id or "" for m in settled]))
     session.flush()
-    return changes
+    return applied
+
+
+def apply_parked_statuses(session: Session, wamids: list[str]) -> StatusesApplied:
+    """Statuses that came before their send result: apply them now that the wamid is known."""
+    parked = list(session.scalars(select(ParkedStatus).where(ParkedStatus.upstream_message_id.in_(wamids))))
+    if not parked:
+        return StatusesApplied()
+    session.execute(delete(ParkedStatus).where(ParkedStatus.id.in_([p.id for p in parked])))
+    return apply_status_payloads(session, [(p.channel_id, p.payload) for p in parked], park_unknown=False)
 
 
 def store_inbound(
@@ -206,14 +224,19 @@ def store_inbound(
     )
 
 
+@dataclass(frozen=True)
+class WebhooksApplied:
+    events: int  # how many events it wrote (the event lane has work only when some were)
+    settled: list[str]  # messages whose unconfirmed sends a status settled (see StatusesApplied)
+
+
 def process_webhook_bodies(
     session: Session, bodies: list[dict[str, Any]], subscriptions: Subscriptions | None = None
-) -> int:
+) -> WebhooksApplied:
     """Everything in a batch of stored Meta webhook bodies, in one transaction with its events.
 
     Each change names its channel by phone number id: what it says applies to that channel's messages
-    and conversations only; changes for a number no channel has are skipped. Returns how many events it
-    wrote (the event lane has work only when some were)."""
+    and conversations only; changes for a number no channel has are skipped."""
     statuses: list[tuple[str, dict[str, Any]]] = []
     inbound_by_number: dict[str, list[InboundMessage]] = {}
     for body in bodies:
@@ -224,7 +247,7 @@ def process_webhook_bodies(
                 inbound_by_number.setdefault(value.phone_number_id, []).extend(value.messages)
     numbers = {number for number, _ in statuses} | inbound_by_number.keys()
     if not numbers:
-        return 0
+        return WebhooksApplied(0, [])
     channels = {
         c.phone_number_id: c
         for c in session.scalars(select(Channel).where(Channel.phone_number_id.in_(sorted(numbers))))
@@ -234,8 +257,9 @@ def process_webhook_bodies(
             "Meta webhooks for phone number ids of no channel skipped: %s", ", ".join(sorted(unknown))
         )
     scoped = [(channels[number].id, status) for number, status in statuses if number in channels]
-    events = publish_status_changes(session, apply_status_payloads(session, scoped), subscriptions)
+    applied = apply_status_payloads(session, scoped)
+    events = publish_status_changes(session, applied.changes, subscriptions)
     for number, inbound in inbound_by_number.items():
         if number in channels:
             events += store_inbound(session, channel=channels[number], inbound=inbound)
-    return events
+    return WebhooksApplied(events, applied.settled)

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from sqlalchemy.exc import StatementError
 
-from wagate.whatsapp.errors import UpstreamError
-
 MAX_LENGTH = 300
 
 
@@ -22,9 +20,10 @@ def describe_error(exc: BaseException) -> str:
     kind = type(exc).__name__
     if isinstance(exc, StatementError):
         kind += f" ({_driver_error(exc.orig)})" if exc.orig is not None else ""
-    elif isinstance(exc, UpstreamError):
-        # Meta's code and title, as the API shows them on the message; never its `details`.
-        kind += f": {exc.external_error}"
+    elif isinstance(getattr(exc, "external_error", None), str):
+        # An upstream (Meta) error: its code and title, as the API shows them on the message; never
+        # its `details`. Read by name, so that the outbox needs nothing of the Cloud API adapter.
+        kind += f": {exc.external_error}"  # type: ignore[attr-defined]
     elif isinstance(exc, OSError) and exc.strerror:
         kind += f": {exc.strerror}"  # the system's words for the errno, not the address or file
     return kind[:MAX_LENGTH]

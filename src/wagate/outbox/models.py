@@ -1,7 +1,8 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -70,6 +71,66 @@ class OutboxJob(Base):
     locked_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
     locked_until: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+def outbox_row(
+    kind: JobKind,
+    *,
+    payload: dict[str, Any],
+    run_at: datetime,
+    priority: int,
+    now: datetime,
+    channel_id: int | None = None,
+    account_id: int | None = None,
+    message_id: str | None = None,
+    batch_id: str | None = None,
+    ordering_key: str | None = None,
+    claimed_by: FastClaim | None = None,
+) -> dict[str, Any]:
+    """An outbox row as the values of a Core insert, every column given, so rows built for different
+    kinds can go in one multi-row statement. `claimed_by`: stored already claimed, its attempt recorded
+    (the fast path of a single send)."""
+    return {
+        "kind": kind,
+        "state": JobState.in_flight if claimed_by else JobState.ready,
+        "priority": priority,
+        "channel_id": channel_id,
+        "account_id": account_id,
+        "message_id": message_id,
+        "batch_id": batch_id,
+        "ordering_key": ordering_key,
+        "payload": payload,
+        "run_at": run_at,
+        "attempts": 1 if claimed_by else 0,
+        "last_error": None,
+        "locked_by": claimed_by.worker_id if claimed_by else None,
+        "locked_until": claimed_by.locked_until if claimed_by else None,
+        "created_at": now,
+    }
+
+
+@dataclass(frozen=True)
+class ClaimedSend:
+    """A send row claimed for one upstream call (its attempt already recorded)."""
+
+    job_id: int
+    message_id: str
+    body: dict[str, Any]
+    attempts: int
+    priority: int
+
+
+@dataclass(frozen=True)
+class FastClaim:
+    """Room for a single send in its channel's lane right now (the dispatcher's `prepare_claim`).
+
+    The API stores the send's row already claimed by `worker_id` until `locked_until`, and once that
+    is committed calls `started`: the lane calls Meta at once, with no claim and no wake-up between.
+    """
+
+    worker_id: str
+    locked_until: datetime
+    started: Callable[[ClaimedSend], None]
 
 
 def claim_rows(

@@ -1,7 +1,7 @@
 """Meta's webhook signature: ``X-Hub-Signature-256: sha256=<hex HMAC-SHA256 of the raw body>``.
 
-The simulator signs with :func:`sign` and the gateway's receiver checks with :func:`verify`, so both
-sides agree on the exact bytes by construction.
+The gateway's receiver checks with :func:`verify`; tests sign their own bodies with :func:`sign`. The
+simulator signs with its own code (it shares none with the gateway).
 """
 
 from __future__ import annotations

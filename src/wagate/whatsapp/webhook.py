@@ -14,7 +14,7 @@ from starlette.routing import Route
 
 from wagate.db import table_of, utcnow
 from wagate.limits import ESCAPED_CONTROL_CHARACTER, without_control_characters
-from wagate.outbox.models import JobKind, JobState, OutboxJob, Priority
+from wagate.outbox.models import JobKind, OutboxJob, Priority, outbox_row
 from wagate.outbox.notify import notify_outbox
 from wagate.responses import FastJSONResponse as JSONResponse
 from wagate.whatsapp.payloads import MalformedWebhook, parse_webhook
@@ -61,15 +61,9 @@ async def receive(request: Request) -> Response:
     def store(session: Session) -> None:
         # Stored before the 200: Meta does not resend what it saw acknowledged.
         now = utcnow()
-        row = {
-            "kind": JobKind.meta_webhook,
-            "state": JobState.ready,
-            "priority": Priority.background,
-            "payload": body,
-            "run_at": now,
-            "attempts": 0,
-            "created_at": now,
-        }
+        row = outbox_row(
+            JobKind.meta_webhook, payload=body, run_at=now, priority=Priority.background, now=now
+        )
         session.connection().execute(_STORE_WEBHOOK, row)
         if not state.dispatcher.running:  # ours applies it; otherwise a worker elsewhere must
             notify_outbox(session, None)

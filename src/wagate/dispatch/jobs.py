@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from wagate.bulk.service import purge_expired_batches
 from wagate.channels.models import Channel
 from wagate.db import Database, utcnow
+from wagate.dispatch.sends import settle_sends
 from wagate.events.deliveries import purge_finished
 from wagate.events.subscriptions import Subscriptions
 from wagate.idempotency.service import purge_expired as purge_idempotency_keys
@@ -134,9 +135,10 @@ async def run_webhook_batch(
         return 0, 0
 
     def apply(session: Session, some: Sequence[ClaimedJob]) -> int:
-        events = process_webhook_bodies(session, [job.payload for job in some], subscriptions)
+        applied = process_webhook_bodies(session, [job.payload for job in some], subscriptions)
+        settle_sends(session, applied.settled)
         finish_jobs(session, [job.id for job in some])
-        return events
+        return applied.events
 
     events, unwritten = await write_isolating(db, jobs, apply, retry_or_bury)
     if unwritten:  # the database went away: nothing is wrong with them, they come again

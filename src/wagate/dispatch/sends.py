@@ -20,12 +20,13 @@ from sqlalchemy.orm import Session
 
 from wagate.bulk.service import complete_batches
 from wagate.db import table_of, utcnow
-from wagate.events.publish import publish_status_changes
 from wagate.events.subscriptions import Subscriptions
-from wagate.messages.models import Message, MessageStatus, ParkedStatus
+from wagate.messages.events import publish_status_changes
+from wagate.messages.models import Message, MessageStatus
 from wagate.messages.status import StatusChange, apply_status
+from wagate.messages.webhooks import apply_parked_statuses
 from wagate.outbox.dead_letters import bury
-from wagate.outbox.models import JobKind, JobState, OutboxJob, Priority, claim_rows
+from wagate.outbox.models import ClaimedSend, JobKind, JobState, OutboxJob, Priority, claim_rows
 from wagate.outbox.retry import SEND_NOT_DELIVERED, SEND_ORPHANED
 
 _messages = table_of(Message)
@@ -35,15 +36,6 @@ _SET_WAMID = (
     .values(upstream_message_id=bindparam("wamid"))
 )
 UNCONFIRMED_ERROR = "upstream_unconfirmed: WhatsApp neither accepted nor rejected the message"
-
-
-@dataclass(frozen=True)
-class ClaimedSend:
-    job_id: int
-    message_id: str
-    body: dict[str, Any]
-    attempts: int
-    priority: int
 
 
 @dataclass(frozen=True)
@@ -174,7 +166,9 @@ def record_outcomes(
         session.connection().execute(
             _SET_WAMID, [{"message": o.send.message_id, "wamid": o.wamid} for o in sent]
         )
-        changes += apply_parked_statuses(session, [o.wamid for o in sent])
+        parked = apply_parked_statuses(session, [o.wamid for o in sent])
+        changes += parked.changes
+        settle_sends(session, parked.settled)
     rejected = [o for o in outcomes if isinstance(o, Rejected)]
     if rejected:
         errors = {o.send.message_id: o.external_error for o in rejected}
@@ -238,17 +232,6 @@ def park_outcome(session: Session, outcome: Outcome, error: str) -> None:
     if outcome.send.priority == Priority.bulk:
         with contextlib.suppress(Exception), session.begin_nested():
             complete_batches(session, [outcome.send.message_id])
-
-
-def apply_parked_statuses(session: Session, wamids: list[str]) -> list[StatusChange]:
-    """Statuses that came before their send result: apply them now that the wamid is known."""
-    from wagate.messages.webhooks import apply_status_payloads  # the one place that reads Meta statuses
-
-    parked = list(session.scalars(select(ParkedStatus).where(ParkedStatus.upstream_message_id.in_(wamids))))
-    if not parked:
-        return []
-    session.execute(delete(ParkedStatus).where(ParkedStatus.id.in_([p.id for p in parked])))
-    return apply_status_payloads(session, [(p.channel_id, p.payload) for p in parked], park_unknown=False)
 
 
 def expired_sends(session: Session, *, limit: int = 500) -> list[int]:

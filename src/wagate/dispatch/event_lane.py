@@ -16,22 +16,21 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 import orjson
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from wagate.db import utcnow
-from wagate.events import deliveries, publish
+from wagate.dispatch.deps import LaneDeps
+from wagate.events import deliveries
 from wagate.events.http import DELIVERY_TIMEOUT_SECONDS, EventPoster
 from wagate.events.signing import signed_headers
+from wagate.messages import events as message_events
 from wagate.outbox.isolation import write_isolating
 from wagate.outbox.models import JobKind, OutboxJob
+from wagate.outbox.recorder import BatchRecorder
 from wagate.outbox.retry import EVENT_DELIVERY
-
-if TYPE_CHECKING:
-    from wagate.outbox.dispatcher import Dispatcher
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +45,11 @@ LEASE_SECONDS = 60.0
 
 
 class EventLane:
-    def __init__(self, dispatcher: Dispatcher) -> None:
-        settings = dispatcher.settings
-        self.db = dispatcher.db
-        self.secret_box = dispatcher.secret_box
-        self.worker_id = dispatcher.worker_id
+    def __init__(self, deps: LaneDeps) -> None:
+        settings = deps.settings
+        self.db = deps.db
+        self.secret_box = deps.secret_box
+        self.worker_id = deps.worker_id
         self.poster = EventPoster(allow_private=settings.allow_private_urls, pool_limit=MAX_IN_FLIGHT)
         self.retry = replace(EVENT_DELIVERY, base_delay=settings.event_retry_base_seconds)
         self.disable = deliveries.DisablePolicy(
@@ -59,13 +58,11 @@ class EventLane:
         self.calls: set[asyncio.Task[None]] = set()
         self.busy: Counter[int | None] = Counter()  # calls under way, per account
         self._reports_checked_at = 0.0
-        self.attempts: list[deliveries.Attempted] = []
-        self.attempt_ready = asyncio.Event()
         self.wake_event = asyncio.Event()
         self.stopping = False
         self._secrets: dict[str, str] = {}
         self.task = asyncio.create_task(self._run(), name="wagate-events")
-        self.recorder = asyncio.create_task(self._record_attempts(), name="wagate-events-record")
+        self.recorder = BatchRecorder("event deliveries", self._record)
 
     def wake(self) -> None:
         self.wake_event.set()
@@ -78,9 +75,7 @@ class EventLane:
         await asyncio.gather(self.task, return_exceptions=True)
         if self.calls:
             await asyncio.wait(self.calls, timeout=DELIVERY_TIMEOUT_SECONDS + 1)
-        self.recorder.cancel()
-        await asyncio.gather(self.recorder, return_exceptions=True)
-        await self._flush_attempts()  # a call cut short is sent again after its lease
+        await self.recorder.close()  # a call cut short is sent again after its lease
         await self.poster.close()
 
     async def _run(self) -> None:
@@ -137,9 +132,9 @@ class EventLane:
             return
         self._reports_checked_at = time.monotonic()
         async with self.db.read() as session:
-            due = await session.run_sync(lambda s: publish.due_reports(s))
+            due = await session.run_sync(lambda s: message_events.due_reports(s))
         if due:
-            await write_isolating(self.db, due, publish.render_reports, deliveries.park_report)
+            await write_isolating(self.db, due, message_events.render_reports, deliveries.park_report)
 
     async def _idle_seconds(self) -> float:
         """Until the next delivery or report is due, within the poll interval."""
@@ -171,8 +166,7 @@ class EventLane:
             self.busy[delivery.account_id] -= 1
             if self.busy[delivery.account_id] <= 0:
                 del self.busy[delivery.account_id]
-        self.attempts.append(deliveries.Attempted(delivery, at, result))
-        self.attempt_ready.set()
+        self.recorder.add(deliveries.Attempted(delivery, at, result))
 
     def _secret(self, encrypted: str | None) -> str | None:
         if not encrypted:
@@ -184,33 +178,13 @@ class EventLane:
             secret = self._secrets[encrypted] = self.secret_box.decrypt(encrypted)
         return secret
 
-    async def _record_attempts(self) -> None:
-        while True:
-            await self.attempt_ready.wait()
-            self.attempt_ready.clear()
-            try:
-                await self._flush_attempts()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("recording event deliveries failed; retrying")
-                self.attempt_ready.set()
-                await asyncio.sleep(POLL_SECONDS)
-
-    async def _flush_attempts(self) -> None:
-        batch, self.attempts = self.attempts, []
-        if not batch:
-            return
+    async def _record(self, batch: list[deliveries.Attempted]) -> list[deliveries.Attempted]:
+        """Store a round of attempts (one that cannot be is parked, see isolation.py); returns those
+        that must wait for the next try."""
 
         def record(session: Session, attempts: Sequence[deliveries.Attempted]) -> None:
             deliveries.record_attempts(session, list(attempts), retry=self.retry, disable=self.disable)
 
-        try:
-            _, unwritten = await write_isolating(self.db, batch, record, deliveries.park_attempt)
-        except BaseException:
-            self.attempts = batch + self.attempts
-            raise
+        _, unwritten = await write_isolating(self.db, batch, record, deliveries.park_attempt)
         self.wake()  # the next event of each finished one's message may go now
-        if unwritten:
-            self.attempts = unwritten + self.attempts
-            raise RuntimeError(f"{len(unwritten)} delivery attempts not recorded yet")
+        return unwritten

@@ -1,0 +1,227 @@
+"""The dispatcher: drains the outbox. Sends go through one paced lane per channel; the rest are jobs.
+
+It runs inside `wagate serve` or alone as `wagate worker`. The API wakes it after each commit (and on
+PostgreSQL other processes' commits wake it by NOTIFY), so a send starts at once; a one-second poll is
+only the fallback, for rows that are due later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+from collections.abc import Sequence
+from datetime import timedelta
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from wagate.config import Settings
+from wagate.db import Database, utcnow
+from wagate.dispatch import jobs, sends
+from wagate.dispatch.deps import LaneDeps
+from wagate.dispatch.event_lane import EventLane
+from wagate.dispatch.send_lane import ChannelLane
+from wagate.events.subscriptions import Subscriptions
+from wagate.lookups import Lookups
+from wagate.outbox.errors import describe_error
+from wagate.outbox.isolation import write_isolating
+from wagate.outbox.models import FastClaim, JobKind, JobState, OutboxJob
+from wagate.outbox.notify import listen_outbox
+from wagate.outbox.ownership import ownership_for
+from wagate.security import SecretBox
+from wagate.whatsapp.client import CloudApiClient
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 1.0
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        *,
+        db: Database,
+        settings: Settings,
+        client: CloudApiClient,
+        secret_box: SecretBox,
+        lookups: Lookups | None = None,
+    ) -> None:
+        self.db = db
+        # Shared with the API in `serve`, so a template sync or a webhook change here or there applies
+        # to both at once.
+        self.lookups = lookups or Lookups(db)
+        self.settings = settings
+        self.client = client
+        self.secret_box = secret_box
+        self.worker_id = f"{socket.gethostname()}:{os.getpid()}"
+        self.deps = LaneDeps(db, settings, client, secret_box, self.lookups, self.worker_id)
+        self.ownership = ownership_for(db.url)
+        self.lanes: dict[int, ChannelLane] = {}
+        self.started_at = time.monotonic()
+        self._wake = asyncio.Event()
+        self._lanes_needed = True
+        self._last_maintenance = 0.0
+        self._task: asyncio.Task[None] | None = None
+        self._listener: asyncio.Task[None] | None = None
+        self.events: EventLane | None = None
+
+    def wake(self, channel_id: int | None = None) -> None:
+        lane = self.lanes.get(channel_id) if channel_id is not None else None
+        if lane is not None:
+            lane.wake()
+            return
+        if channel_id is not None:
+            self._lanes_needed = True
+        self._wake.set()
+
+    def wake_events(self) -> None:
+        """Events were written here (a status changed): deliver them now."""
+        if self.events is not None:
+            self.events.wake()
+
+    def prepare_claim(self, channel_id: int) -> FastClaim | None:
+        """Room for a new single send in its channel's lane right now (see `FastClaim`), or None: then
+        it is stored ready, and `wake` after the commit hands it to whichever process owns the channel."""
+        lane = self.lanes.get(channel_id)
+        return lane.prepare_claim() if lane is not None else None
+
+    def owns(self, channel_id: int) -> bool:
+        """Whether this process sends for the channel, so no other needs waking for it."""
+        return channel_id in self.lanes
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def start(self) -> None:
+        self.started_at = time.monotonic()
+        self._task = asyncio.create_task(self._run(), name="wagate-dispatcher")
+        self.events = EventLane(self.deps)
+        if not self.db.is_sqlite:
+            self._listener = asyncio.create_task(listen_outbox(self.db.url, self.wake), name="wagate-listen")
+
+    async def stop(self) -> None:
+        for task in (self._task, self._listener):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        await asyncio.gather(*(lane.stop() for lane in self.lanes.values()), return_exceptions=True)
+        self.lanes.clear()
+        if self.events is not None:
+            await self.events.stop()
+            self.events = None
+        await self.ownership.close()
+
+    async def _run(self) -> None:
+        await self.db.write(
+            lambda s: jobs.ensure_periodic_jobs(
+                s, template_sync_interval=self.settings.template_sync_interval_seconds
+            )
+        )
+        while True:
+            try:
+                self._wake.clear()
+                busy = await self._tick()
+                if not busy:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), timeout=POLL_SECONDS)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("dispatcher tick failed; going on")
+                await asyncio.sleep(POLL_SECONDS)
+
+    async def _tick(self) -> bool:
+        subscriptions = await self.lookups.subscriptions()
+        applied, events = await jobs.run_webhook_batch(
+            self.db, worker_id=self.worker_id, subscriptions=subscriptions
+        )
+        if events:
+            self.wake_events()
+        busy = applied > 0
+        maintenance_due = time.monotonic() - self._last_maintenance >= POLL_SECONDS
+        if self._lanes_needed or maintenance_due:
+            self._lanes_needed = False
+            await self._start_lanes()
+        if maintenance_due:
+            self._last_maintenance = time.monotonic()
+            # Sends orphaned by a crash are judged only once this process has listened for Meta's
+            # webhooks for a whole grace period: before that, silence proves nothing.
+            if time.monotonic() - self.started_at >= self.settings.unconfirmed_send_grace_seconds:
+                await self._release_unconfirmed(subscriptions)
+            for kind in (JobKind.sync_templates, JobKind.purge_expired):
+                for job in await self._claim(kind):
+                    await self._run_periodic(job)
+        return busy
+
+    async def _release_unconfirmed(self, subscriptions: Subscriptions) -> None:
+        """Settle sends whose outcome stayed unknown too long (see sends.release_unconfirmed), except
+        those a lane of this process still holds, whatever their lease says; one that cannot be
+        settled is parked, not retried every second in front of the others."""
+        async with self.db.read() as session:
+            expired = await session.run_sync(lambda s: sends.expired_sends(s))
+        held = {job for lane in self.lanes.values() for job in lane.holding}
+        expired = [job for job in expired if job not in held]
+        if not expired:
+            return
+
+        def release(session: Session, job_ids: Sequence[int]) -> int:
+            return sends.release_unconfirmed(session, job_ids, subscriptions)
+
+        events, _ = await write_isolating(self.db, expired, release, sends.park_release)
+        if sum(events):
+            self.wake_events()
+
+    async def _claim(self, kind: JobKind) -> list[jobs.ClaimedJob]:
+        def claim(session: Session) -> list[jobs.ClaimedJob]:
+            return jobs.claim_jobs(session, kind=kind, limit=10, worker_id=self.worker_id)
+
+        return await self.db.write(claim)
+
+    async def _run_periodic(self, job: jobs.ClaimedJob) -> None:
+        try:
+            await jobs.run_periodic_job(
+                self.db,
+                job,
+                client=self.client,
+                secret_box=self.secret_box,
+                template_sync_interval=self.settings.template_sync_interval_seconds,
+                delivery_retention=timedelta(days=self.settings.delivery_retention_days),
+            )
+            if job.kind is JobKind.sync_templates:
+                self.lookups.forget_templates()
+        except Exception as exc:
+            log.warning("periodic job %s (%s) failed: %r; will retry", job.id, job.kind, exc)
+            error = describe_error(exc)
+
+            def fail(session: Session) -> None:
+                jobs.fail_jobs(session, [job], error)
+
+            await self.db.write(fail)
+
+    async def _start_lanes(self) -> None:
+        """Own every channel with due sends that no other worker owns, and run a lane for each."""
+        async with self.db.read() as session:
+            due = await session.scalars(
+                select(OutboxJob.channel_id)
+                .where(
+                    OutboxJob.kind == JobKind.send_message,
+                    OutboxJob.state == JobState.ready,
+                    OutboxJob.run_at <= utcnow(),
+                )
+                .distinct()
+            )
+            due_channels = {c for c in due if c is not None}
+        held = await self.ownership.acquire(due_channels)
+        for channel_id in held:
+            lane = self.lanes.get(channel_id)
+            if lane is None:
+                self.lanes[channel_id] = ChannelLane(self.deps, channel_id, self.wake_events)
+            elif channel_id in due_channels:
+                lane.wake()
+        for channel_id in set(self.lanes) - held:
+            await self.lanes.pop(channel_id).stop()

@@ -1,0 +1,335 @@
+"""A channel's send lane: claims its due sends best priority first, paces them to the channel's limit,
+calls Meta for each as a task of its own, and records the outcomes in batches.
+
+One lane per channel this process owns (see dispatcher.py); it gets what it needs as a `LaneDeps`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from functools import partial
+
+from sqlalchemy.orm import Session
+
+from wagate.channels.models import Channel
+from wagate.db import utcnow
+from wagate.dispatch import sends
+from wagate.dispatch.deps import LaneDeps
+from wagate.outbox.isolation import write_isolating
+from wagate.outbox.limiter import SlidingWindowLimiter
+from wagate.outbox.models import ClaimedSend, FastClaim, Priority
+from wagate.outbox.recorder import BatchRecorder
+from wagate.outbox.retry import CHANNEL_THROTTLED
+from wagate.whatsapp.errors import NotDelivered, ThrottlingError, Unconfirmed, UpstreamError
+
+log = logging.getLogger(__name__)
+
+POLL_SECONDS = 1.0
+MAX_CLAIM = 500  # sends claimed at once
+# Rows for the coming half second are claimed ahead (at most MAX_CLAIM), again whenever fewer than
+# half of that wait: a claim that waits behind a busy writer or a slow commit then costs no sends.
+# Not more: after a crash, rows claimed but never sent wait out their lease like sent ones.
+CLAIM_AHEAD_SECONDS = 0.5
+CONFIG_REFRESH_SECONDS = 60.0
+
+
+@dataclass
+class ChannelConfig:
+    phone_number_id: str
+    access_token: str
+    messages_per_second: int
+
+
+class ChannelLane:
+    """Sends one channel's messages, best priority first, never faster than its limit.
+
+    Calls run as tasks of their own and their outcomes are recorded in batches, so one slow answer
+    from Meta holds up nothing but itself; at most `max_in_flight` calls are open at once.
+    """
+
+    def __init__(self, deps: LaneDeps, channel_id: int, wake_events: Callable[[], None]) -> None:
+        self.deps = deps
+        self.channel_id = channel_id
+        self.wake_events = wake_events
+        self.limiter = SlidingWindowLimiter(80, receipt_margin=deps.settings.upstream_receipt_margin_seconds)
+        self.config: ChannelConfig | None = None
+        self.config_loaded_at = 0.0
+        self.wake_event = asyncio.Event()
+        self.throttled_until = 0.0
+        self.throttle_count = 0
+        self.calls: set[asyncio.Task[None]] = set()
+        # Rows claimed ahead of their moment (see _round); given back if the lane stops.
+        self.claimed: deque[ClaimedSend] = deque()
+        # Every row this lane holds `in_flight`: claimed ahead, under way, or its outcome not yet
+        # recorded. Their leases are renewed while held, so no process takes one for orphaned.
+        self.holding: set[int] = set()
+        self.claim_now = False
+        self.stopping = False
+        self.task = asyncio.create_task(self._run(), name=f"wagate-lane-{channel_id}")
+        self.recorder = BatchRecorder(f"channel {channel_id}", self._record)
+        self.lease_keeper = asyncio.create_task(self._keep_leases(), name=f"wagate-leases-{channel_id}")
+
+    @property
+    def max_in_flight(self) -> int:
+        return max(16, 2 * self.limiter.rate)
+
+    def wake(self) -> None:
+        """New rows were stored for the channel (a batch, or sends the lane could not take): claim
+        them now."""
+        self.claim_now = True
+        self.wake_event.set()
+
+    def prepare_claim(self) -> FastClaim | None:
+        """Room for a single send the API will store already claimed and start at once (no token
+        needed: see the limiter). None when the lane cannot send it now: the row is stored ready, the
+        lane is woken, and it claims the row ahead of every bulk send at the window's next room."""
+        if self.config is None or self.stopping or time.monotonic() < self.throttled_until:
+            return None
+        if len(self.calls) >= self.max_in_flight:
+            return None
+        hold = self.limiter.reserve()
+        if hold is None:
+            return None
+        locked_until = utcnow() + timedelta(seconds=self.deps.lease_seconds)
+
+        def started(claimed: ClaimedSend) -> None:
+            self.send_now(claimed, self.limiter.settle(hold))
+
+        return FastClaim(self.deps.worker_id, locked_until, started)
+
+    def send_now(self, claimed: ClaimedSend, stamp: float) -> None:
+        """Call Meta for a claimed send whose slot the limiter logged at `stamp`."""
+        if self.config is None:  # cannot happen once a round or reserve() ran
+            return
+        self.holding.add(claimed.job_id)
+        call = asyncio.create_task(self._call(self.config, claimed, stamp))
+        self.calls.add(call)
+        call.add_done_callback(self.calls.discard)
+
+    async def stop(self) -> None:
+        """Claim nothing more, let open calls finish (bounded by their timeout), record them."""
+        self.stopping = True
+        self.wake()
+        # A round ends by itself within moments; cancelling one mid-claim would strand what it claimed.
+        await asyncio.wait({self.task}, timeout=2.0)
+        self.task.cancel()
+        await asyncio.gather(self.task, return_exceptions=True)
+        await self._give_back_claimed()
+        if self.calls:
+            await asyncio.wait(self.calls, timeout=self.deps.settings.upstream_timeout_seconds + 1)
+        self.lease_keeper.cancel()
+        await asyncio.gather(self.lease_keeper, return_exceptions=True)
+        await self.recorder.close()  # rows left in_flight are settled after the grace period
+
+    async def _load_config(self) -> ChannelConfig | None:
+        if self.config is None or time.monotonic() - self.config_loaded_at > CONFIG_REFRESH_SECONDS:
+            async with self.deps.db.read() as session:
+                channel = await session.get(Channel, self.channel_id)
+            if channel is None:
+                return None
+            self.config = ChannelConfig(
+                channel.phone_number_id,
+                self.deps.secret_box.decrypt(channel.access_token_encrypted),
+                channel.messages_per_second,
+            )
+            self.limiter.set_rate(channel.messages_per_second)
+            self.config_loaded_at = time.monotonic()
+        return self.config
+
+    async def _run(self) -> None:
+        while not self.stopping:
+            try:
+                # Cleared before the round, so a wake-up that comes during it is not lost.
+                self.wake_event.clear()
+                if not await self._round():
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.wake_event.wait(), timeout=POLL_SECONDS)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("send lane of channel %s failed a round; going on", self.channel_id)
+                await asyncio.sleep(POLL_SECONDS)
+
+    async def _round(self) -> bool:
+        """Start the sends that are due and allowed now; False when there was nothing to send.
+
+        The next slices' rows are claimed ahead, while the current ones wait for their moment: a
+        claim's round trip to the database would otherwise come on top of every slice, and the
+        channel would fall short of its rate by that much.
+        """
+        pause = self.throttled_until - time.monotonic()
+        if pause > 0:
+            # Meta throttles the channel for up to a minute: what waits here goes back, so its lease
+            # cannot run out while it waits (the lane claims it again, first, after the pause).
+            await self._give_back_claimed()
+            await asyncio.sleep(pause)
+        config = await self._load_config()
+        if config is None or self.stopping:
+            return False
+        while len(self.calls) >= self.max_in_flight:
+            await asyncio.wait(self.calls, return_when=asyncio.FIRST_COMPLETED)
+        self._start_sends()  # what may go now goes before the claim's round trip to the database
+        if self.claim_now or len(self.claimed) < self._claim_ahead_size() // 2:
+            self.claim_now = False
+            await self._claim_ahead()
+        if not self.claimed:
+            return False
+        wait = self.limiter.wait_time(single=self._single_first())
+        if wait > 0:
+            # A wake-up (a single send stored meanwhile) ends the wait: it needs no token, only a claim.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake_event.wait(), timeout=wait)
+        if not self.stopping:
+            self._start_sends()
+        return True
+
+    def _single_first(self) -> bool:
+        return bool(self.claimed) and self.claimed[0].priority < Priority.bulk
+
+    def _start_sends(self) -> None:
+        """Start what the limiter allows now: single sends first, as far as the window has room, then
+        bulk ones as far as the tokens go."""
+        while self.claimed:
+            single = self._single_first()
+            count = min(
+                self.limiter.available(single=single),
+                self.max_in_flight - len(self.calls),
+                sum(1 for c in self.claimed if c.priority < Priority.bulk) if single else len(self.claimed),
+            )
+            if count <= 0:
+                return
+            stamp = self.limiter.record(count)
+            for _ in range(count):
+                self.send_now(self.claimed.popleft(), stamp)
+
+    def _claim_ahead_size(self) -> int:
+        return min(MAX_CLAIM, math.ceil(CLAIM_AHEAD_SECONDS * self.limiter.rate))
+
+    async def _give_back_claimed(self) -> None:
+        """Rows claimed ahead that will not be sent now: ready again, for this lane or another."""
+        if self.claimed:
+            unsent, self.claimed = [c.job_id for c in self.claimed], deque()
+            await self.deps.db.write(lambda session: sends.unclaim(session, unsent))
+            self.holding.difference_update(unsent)
+
+    async def _claim_ahead(self) -> None:
+        """Claim the coming half second's sends, single sends before bulk ones.
+
+        The lane never holds more than that, however often it is woken. When it is full and woken
+        for a single send, it trades bulk rows from the end of its queue for waiting single sends, so
+        an OTP does not wait for the queue to drain.
+        """
+        room = self._claim_ahead_size() - len(self.claimed)
+        tail = [] if room > 0 else [c.job_id for c in reversed(self.claimed) if c.priority >= Priority.bulk]
+        limit = room if room > 0 else min(len(tail), self.limiter.slice_rate)
+        if limit <= 0:
+            return
+        lease = self.deps.lease_seconds
+
+        def claim(session: Session) -> tuple[list[ClaimedSend], list[int]]:
+            fresh = sends.claim_sends(
+                session,
+                channel_id=self.channel_id,
+                limit=limit,
+                worker_id=self.deps.worker_id,
+                lease_seconds=lease,
+                singles_only=room <= 0,
+            )
+            traded = tail[: len(fresh)] if room <= 0 else []
+            if traded:
+                sends.unclaim(session, traded)
+            return fresh, traded
+
+        fresh, traded = await self.deps.db.write(claim, first=True)
+        if traded:
+            self.claimed = deque(c for c in self.claimed if c.job_id not in set(traded))
+            self.holding.difference_update(traded)
+        # A row is held once: one this lane already holds is never queued a second time.
+        fresh = [c for c in fresh if c.job_id not in self.holding]
+        if fresh:
+            self.holding.update(c.job_id for c in fresh)
+            self.claimed = deque(sorted([*self.claimed, *fresh], key=lambda c: (c.priority, c.job_id)))
+
+    async def _keep_leases(self) -> None:
+        """Renew the leases of the rows this lane holds, a few times per lease; a row that is no longer
+        this lane's (taken for orphaned while the lane stalled) leaves the queue unsent."""
+        lease = self.deps.lease_seconds
+        worker_id = self.deps.worker_id
+        while True:
+            await asyncio.sleep(lease / 4)
+            held = list(self.holding)
+            try:
+                owned = await self.deps.db.write(
+                    partial(sends.renew_leases, job_ids=held, worker_id=worker_id, lease_seconds=lease),
+                    first=True,
+                )
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("renewing the leases of channel %s failed; retrying", self.channel_id)
+                continue
+            # Rows already sent may be gone from the table; only queued ones can still be kept back.
+            lost = {c.job_id for c in self.claimed if c.job_id in set(held) - owned}
+            if lost:
+                log.warning(
+                    "channel %s: %d claimed sends were no longer ours; not sent", self.channel_id, len(lost)
+                )
+                self.claimed = deque(c for c in self.claimed if c.job_id not in lost)
+                self.holding.difference_update(lost)
+
+    async def _call(self, config: ChannelConfig, claimed: ClaimedSend, stamp: float) -> None:
+        written: list[float] = []
+        outcome = await self._send(config, claimed, on_sent=lambda: written.append(time.monotonic()))
+        self.limiter.restamp(stamp, written[0] if written else None)
+        self.recorder.add(outcome)
+
+    async def _send(
+        self, config: ChannelConfig, claimed: ClaimedSend, on_sent: Callable[[], None]
+    ) -> sends.Outcome:
+        client = self.deps.client
+        try:
+            result = await client.send_message(
+                config.phone_number_id,
+                config.access_token,
+                claimed.body,
+                urgent=claimed.priority < Priority.bulk,
+                on_sent=on_sent,
+            )
+        except ThrottlingError as exc:
+            self.throttle_count += 1
+            self.throttled_until = time.monotonic() + CHANNEL_THROTTLED.delay(self.throttle_count)
+            return sends.Retry(claimed, exc.external_error)
+        except NotDelivered as exc:
+            return sends.Retry(claimed, str(exc))
+        except Unconfirmed as exc:
+            return sends.Unknown(claimed, str(exc))
+        except UpstreamError as exc:
+            return sends.Rejected(claimed, exc.external_error)
+        self.throttle_count = 0
+        return sends.Sent(claimed, result.wamid)
+
+    async def _record(self, batch: list[sends.Outcome]) -> list[sends.Outcome]:
+        """Store a round of outcomes (one bad one is parked, see isolation.py); returns those that
+        must wait for the next try. They stay held, their leases renewed, so no one sends them again."""
+        grace = self.deps.settings.unconfirmed_send_grace_seconds
+        subscriptions = await self.deps.lookups.subscriptions()
+
+        def record(session: Session, outcomes: Sequence[sends.Outcome]) -> int:
+            return sends.record_outcomes(
+                session, list(outcomes), grace_seconds=grace, subscriptions=subscriptions
+            )
+
+        events, unwritten = await write_isolating(self.deps.db, batch, record, sends.park_outcome, first=True)
+        kept = {o.send.job_id for o in unwritten}
+        self.holding.difference_update(o.send.job_id for o in batch if o.send.job_id not in kept)
+        if sum(events):
+            self.wake_events()
+        return unwritten
