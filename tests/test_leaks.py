@@ -112,7 +112,7 @@ def count_key_lookups(app: FastAPI) -> list[str]:
         if "api_keys" in statement:
             seen.append(statement)
 
-    event.listen(app.state.db.engine.sync_engine, "before_cursor_execute", before)
+    event.listen(app.state.gateway.db.engine.sync_engine, "before_cursor_execute", before)
     return seen
 
 

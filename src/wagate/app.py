@@ -18,6 +18,7 @@ from wagate.bulk.endpoints import router as bulk_router
 from wagate.channels.endpoints import router as channels_router
 from wagate.config import Settings, get_settings
 from wagate.db import Database
+from wagate.deps import Gateway, GatewayDep
 from wagate.dispatch.dispatcher import Dispatcher
 from wagate.errors import InvalidRequest, MethodNotAllowed, NotFound, NotReady, WagateError
 from wagate.events.endpoints import router as events_router
@@ -29,6 +30,7 @@ from wagate.responses import FastJSONResponse as JSONResponse
 from wagate.security import secret_box_for
 from wagate.templates.endpoints import router as templates_router
 from wagate.whatsapp.client import CloudApiClient
+from wagate.whatsapp.webhook import ReceiverDeps
 from wagate.whatsapp.webhook import routes as whatsapp_webhook_routes
 
 log = logging.getLogger(__name__)
@@ -105,13 +107,9 @@ def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True)
         dispatcher = Dispatcher(
             db=db, settings=settings, client=client, secret_box=secret_box, lookups=lookups
         )
-        app.state.db = db
-        app.state.settings = settings
-        app.state.secret_box = secret_box
-        app.state.client = client
-        app.state.dispatcher = dispatcher
-        app.state.idempotency_in_flight = InFlightKeys()
-        app.state.lookups = lookups
+        # The two typed values handlers get (wagate.deps.get_gateway, whatsapp.webhook._deps).
+        app.state.gateway = Gateway(db, settings, secret_box, client, lookups, dispatcher, InFlightKeys())
+        app.state.receiver = ReceiverDeps(db, settings, lambda: dispatcher.running, dispatcher.wake)
         if run_dispatcher:
             dispatcher.start()
         # What exists after start-up lives as long as the process: keep it out of the collector's
@@ -148,10 +146,10 @@ def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True)
         return {"status": "ok"}
 
     @app.get("/readyz", include_in_schema=False)
-    async def readyz(request: Request) -> JSONResponse:
+    async def readyz(gateway: GatewayDep) -> JSONResponse:
         """Readiness: the database answers (503 `not_ready` otherwise)."""
         try:
-            async with request.app.state.db.read() as session:
+            async with gateway.db.read() as session:
                 await session.execute(text("SELECT 1"))
         except Exception as exc:
             log.warning("readiness check failed: %r", exc)

@@ -69,14 +69,14 @@ def test_a_key_stored_meanwhile_by_another_process_answers_the_request(
     assert first.status_code == 201, first.text
 
     # The other process's request had the same body and stored its answer first: that is ours.
-    race_next_write(monkeypatch, app.state.db, "race-first", "race-same")
+    race_next_write(monkeypatch, app.state.gateway.db, "race-first", "race-same")
     replay = gateway.send(body, **{"Idempotency-Key": "race-same"})
     assert replay.status_code == 201, replay.text
     assert replay.json() == first.json()
     assert messages_to(gateway, number) == [first.json()["id"]], "the request stored a message of its own"
 
     # The other's body differed: 422, as for any repeat with another body, and still nothing stored.
-    race_next_write(monkeypatch, app.state.db, "race-first", "race-other", body_hash="0" * 64)
+    race_next_write(monkeypatch, app.state.gateway.db, "race-first", "race-other", body_hash="0" * 64)
     reused = gateway.send(body, **{"Idempotency-Key": "race-other"})
     assert reused.status_code == 422, reused.text
     assert reused.json()["error"]["code"] == "idempotency_key_reused"
@@ -99,7 +99,7 @@ def test_a_bulk_batch_races_the_same_way(
     first = gateway.http.post(url, json=body, headers={**headers, "Idempotency-Key": "bulk-first"})
     assert first.status_code == 202, first.text
 
-    race_next_write(monkeypatch, app.state.db, "bulk-first", "bulk-same")
+    race_next_write(monkeypatch, app.state.gateway.db, "bulk-first", "bulk-same")
     replay = gateway.http.post(url, json=body, headers={**headers, "Idempotency-Key": "bulk-same"})
     assert replay.status_code == 202, replay.text
     assert replay.json() == first.json()

@@ -14,7 +14,8 @@ from wagate.db import Database
 from wagate.dispatch import sends
 from wagate.events.subscriptions import NO_SUBSCRIPTIONS
 from wagate.messages.models import Message
-from wagate.messages.service import build_send, store_sends
+from wagate.messages.repository import store_sends
+from wagate.messages.service import build_send
 from wagate.migrate import migrate
 from wagate.outbox.models import ClaimedSend, OutboxJob
 from wagate.outbox.retry import SEND_NOT_DELIVERED

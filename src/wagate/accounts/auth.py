@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fastapi import Depends, Request
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from wagate.accounts.models import ApiKey, Role, User
-from wagate.errors import AdministratorRequired, Forbidden, Unauthorized
+from wagate.errors import AdministratorRequired, Forbidden
 
 
 @dataclass(frozen=True)
@@ -40,19 +39,3 @@ async def load_principal(session: AsyncSession, token_hash: str) -> Principal | 
     if row is None:
         return None
     return Principal(api_key_id=row[0], user_id=row[1], account_id=row[2], role=Role(row[3]))
-
-
-async def authenticate(request: Request) -> Principal:
-    """FastAPI dependency: the caller's principal, or 401."""
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise Unauthorized()
-    principal: Principal = await request.app.state.lookups.principal(token.strip())
-    return principal
-
-
-async def account_member(account_id: int, principal: Principal = Depends(authenticate)) -> Principal:
-    """FastAPI dependency for `/v1/accounts/{account_id}/...`: 401 without a key, 403 for another account."""
-    principal.require_account(account_id)
-    return principal

@@ -2,14 +2,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, Header, Request
-from sqlalchemy.orm import Session
+from fastapi import APIRouter, Header, Request
 
-from wagate.accounts.auth import Principal, account_member
 from wagate.bulk import service
 from wagate.bulk.schemas import SendBulkRequest, SendBulkResponse
-from wagate.idempotency import service as idempotency
+from wagate.deps import Administrator, GatewayDep
 from wagate.idempotency.http import answer_once
+from wagate.idempotency.service import IdempotentRequest
 from wagate.responses import FastJSONResponse as JSONResponse
 
 router = APIRouter()
@@ -19,11 +18,6 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     404: {"description": "Unknown channel or batch (batches are kept 7 days)"},
     422: {"description": "Invalid request; `error.code` says which rule"},
 }
-
-
-def administrator(principal: Principal = Depends(account_member)) -> Principal:
-    principal.require_administrator()
-    return principal
 
 
 @router.post(
@@ -39,46 +33,22 @@ def administrator(principal: Principal = Depends(account_member)) -> Principal:
 async def send_bulk(
     body: SendBulkRequest,
     request: Request,
-    principal: Principal = Depends(administrator),
+    gateway: GatewayDep,
+    principal: Administrator,
     idempotency_key: str | None = Header(None),
 ) -> JSONResponse:
-    state = request.app.state
+    async def accept(idem: IdempotentRequest | None) -> JSONResponse:
+        response = await service.accept_batch(gateway, principal=principal, request=body, idem=idem)
+        return JSONResponse(response, status_code=202)
+
     return await answer_once(
-        request, principal, body, idempotency_key, lambda idem: _accept(state, principal, body, idem)
+        gateway.db, gateway.idempotency_in_flight, request.url.path, principal, body, idempotency_key, accept
     )
-
-
-async def _accept(
-    state: Any, principal: Principal, body: SendBulkRequest, idem: idempotency.IdempotentRequest | None
-) -> JSONResponse:
-    batch = await service.prepare_batch(
-        state.lookups, principal=principal, request=body, settings=state.settings, secret_box=state.secret_box
-    )
-    response = batch.response
-    dispatcher = state.dispatcher
-
-    def unit(session: Session) -> None:
-        service.store_batch(session, batch, notify_others=not dispatcher.owns(batch.channel_id))
-        if idem is not None:
-            idempotency.remember_response(
-                session,
-                idem,
-                idempotency.StoredResponse(202, response),
-                ttl_seconds=state.settings.idempotency_ttl_seconds,
-            )
-
-    await state.db.write(unit, large=True)
-    dispatcher.wake(batch.channel_id)
-    dispatcher.wake_events()
-    return JSONResponse(response, status_code=202)
 
 
 @router.get("/accounts/{account_id}/whatsapp/bulk_messages/{batch_id}", responses=ERRORS)
-async def get_batch(
-    batch_id: str, request: Request, principal: Principal = Depends(administrator)
-) -> JSONResponse:
-    state = request.app.state
-    async with state.db.read() as session:
+async def get_batch(batch_id: str, gateway: GatewayDep, principal: Administrator) -> JSONResponse:
+    async with gateway.db.read() as session:
         view = await service.read_batch(session, account_id=principal.account_id, batch_id=batch_id)
-    await state.lookups.channel(principal, view["channel_id"])  # inbox membership (403)
+    await gateway.lookups.channel(principal, view["channel_id"])  # inbox membership (403)
     return JSONResponse(view)

@@ -12,19 +12,21 @@ import asyncio
 import functools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, case, delete, exists, func, insert, select, update
+from sqlalchemy import and_, delete, exists, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from wagate.accounts.auth import Principal
+from wagate.bulk.completion import WAITING, publish_completed, template_view
 from wagate.bulk.models import Batch, BatchRecipient, BatchStatus
 from wagate.bulk.schemas import MAX_RECIPIENTS, BulkRecipient, SendBulkRequest
 from wagate.config import Settings
 from wagate.db import isoformat, table_of, utcnow
+from wagate.deps import Gateway
 from wagate.errors import (
     BatchNotFound,
     InvalidPhoneNumber,
@@ -32,15 +34,15 @@ from wagate.errors import (
     TemplateParametersMismatch,
     TooManyRecipients,
 )
-from wagate.events.models import DeliveryKind, EventKind
-from wagate.events.publish import NewDelivery, webhook_key_prefix, write_deliveries
-from wagate.events.subscriptions import Subscriptions, read_subscriptions
+from wagate.events.subscriptions import Subscriptions
+from wagate.idempotency.service import IdempotentRequest, StoredResponse, remember_response
 from wagate.ids import new_id
 from wagate.lookups import Lookups
-from wagate.messages.models import Message, MessageStatus
-from wagate.messages.schemas import TemplateRef, format_amount
-from wagate.messages.service import BoundTemplate, PreparedSend, build_send, checked_callback, store_sends
-from wagate.outbox.models import JobKind, JobState, OutboxJob, Priority
+from wagate.messages.models import BoundTemplate, Message, MessageStatus, PreparedSend
+from wagate.messages.repository import store_sends
+from wagate.messages.schemas import TemplateRef
+from wagate.messages.service import build_send, checked_callback
+from wagate.outbox.models import JobKind, OutboxJob, Priority
 from wagate.phones import normalize_phone_number
 from wagate.security import SecretBox
 from wagate.templates.models import Template
@@ -52,8 +54,6 @@ REJECTED_INVALID_NUMBER = "invalid_phone_number"
 _INSERT_RECIPIENTS = insert(table_of(BatchRecipient))
 # A rejected number is kept as given, which may be anything up to the body limit: cut to the column.
 _NUMBER_COLUMN_LENGTH: int = getattr(BatchRecipient.__table__.c.phone_number.type, "length", None) or 64
-# A send still waiting to be handed to Meta (an `unconfirmed` one was handed).
-_WAITING = (JobState.ready, JobState.in_flight)
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ async def admit(lookups: Lookups, *, channel_id: int, rate: int, adding: int, se
         select(OutboxJob.id)
         .where(
             OutboxJob.channel_id == channel_id,
-            OutboxJob.state.in_(_WAITING),
+            OutboxJob.state.in_(WAITING),
             OutboxJob.priority == Priority.bulk,
         )
         .limit(allowed - adding + 1)
@@ -252,131 +252,39 @@ def store_batch(session: Session, batch: PreparedBatch, *, notify_others: bool =
     if accepted:
         store_sends(session, batch.sends, notify_others=notify_others)
     else:
-        _publish_completed(session, [row], batch.subscriptions)
+        publish_completed(session, [row], batch.subscriptions)
 
 
-def complete_batches(
-    session: Session, message_ids: list[str], subscriptions: Subscriptions | None = None
-) -> int:
-    """Sends of these messages were just handed to Meta or failed: complete the batches with none left.
-
-    Returns how many events it wrote."""
-    batch_ids = set(
-        session.scalars(
-            select(Message.batch_id)
-            .where(Message.id.in_(message_ids), Message.batch_id.is_not(None))
-            .distinct()
-        )
+async def accept_batch(
+    gateway: Gateway, *, principal: Principal, request: SendBulkRequest, idem: IdempotentRequest | None
+) -> dict[str, Any]:
+    """Accept a bulk send (API.md section 6): every check, then the batch, its recipients and every
+    message with its send job in one transaction, then the channel's lane. The API and the dashboard
+    both send batches through this. Returns the 202 body, remembered with `idem` in that transaction."""
+    batch = await prepare_batch(
+        gateway.lookups,
+        principal=principal,
+        request=request,
+        settings=gateway.settings,
+        secret_box=gateway.secret_box,
     )
-    if not batch_ids:
-        return 0
-    waiting = set(
-        session.scalars(
-            select(OutboxJob.batch_id)
-            .where(
-                OutboxJob.batch_id.in_(batch_ids),
-                OutboxJob.kind == JobKind.send_message,
-                OutboxJob.state.in_(_WAITING),
+    dispatcher = gateway.dispatcher
+
+    def unit(session: Session) -> None:
+        store_batch(session, batch, notify_others=not dispatcher.owns(batch.channel_id))
+        if idem is not None:
+            remember_response(
+                session,
+                idem,
+                StoredResponse(202, batch.response),
+                ttl_seconds=gateway.settings.idempotency_ttl_seconds,
             )
-            .distinct()
-        )
-    )
-    done = batch_ids - waiting
-    if not done:
-        return 0
-    now = utcnow()
-    finished = list(
-        session.scalars(
-            update(Batch)
-            .where(Batch.id.in_(done), Batch.status == BatchStatus.processing)
-            .values(status=BatchStatus.completed, completed_at=now)
-            .returning(Batch)
-        )
-    )
-    return _publish_completed(session, finished, subscriptions)
 
-
-def _publish_completed(session: Session, batches: list[Batch], subscriptions: Subscriptions | None) -> int:
-    if not batches:
-        return 0
-    if subscriptions is None:
-        subscriptions = read_subscriptions(session, {b.account_id for b in batches})
-    webhooks = subscriptions.for_kind(EventKind.batch_completed)
-    wanted = [b for b in batches if b.account_id in webhooks]
-    if not wanted:
-        return 0
-    summaries = _summaries(session, [b.id for b in wanted])
-    deliveries = [
-        NewDelivery(
-            account_id=batch.account_id,
-            kind=DeliveryKind.batch_completed,
-            body={
-                "event": "batch_completed",
-                "account_id": batch.account_id,
-                "batch": _summary_view(batch, summaries),
-            },
-            message_id=None,
-            ordering_key=f"{webhook_key_prefix(webhook_id)}batch:{batch.id}",
-            webhook_id=webhook_id,
-        )
-        for batch in wanted
-        for webhook_id in webhooks[batch.account_id]
-    ]
-    return write_deliveries(session, deliveries)
-
-
-@dataclass
-class _Summary:
-    counts: dict[str, int] = field(default_factory=dict)
-    cost_micros: int = 0
-    currency: str = ""
-
-
-def _summaries(session: Session, batch_ids: list[str]) -> dict[str, _Summary]:
-    """Messages per status and their cost (a failed one costs 0), one query for all the batches."""
-    rows = session.execute(
-        select(
-            Message.batch_id,
-            Message.status,
-            func.count(),
-            func.sum(case((Message.status == MessageStatus.failed, 0), else_=Message.cost_micros)),
-            func.max(Message.cost_currency),
-        )
-        .where(Message.batch_id.in_(batch_ids))
-        .group_by(Message.batch_id, Message.status)
-    )
-    found: dict[str, _Summary] = {}
-    for batch_id, status, count, cost, currency in rows:
-        summary = found.setdefault(batch_id, _Summary())
-        summary.counts[MessageStatus(status).value] = count
-        summary.cost_micros += int(cost or 0)
-        summary.currency = currency or summary.currency
-    return found
-
-
-def _summary_view(batch: Batch, summaries: dict[str, _Summary]) -> dict[str, Any]:
-    summary = summaries.get(batch.id, _Summary())
-    counts = {status.value: summary.counts.get(status.value, 0) for status in MessageStatus}
-    return {
-        "batch_id": batch.id,
-        "channel_id": batch.channel_id,
-        "template": _template_view(batch),
-        "total": batch.total,
-        "accepted": batch.accepted,
-        "rejected": batch.rejected,
-        "counts": {"pending": 0, **counts, "rejected": batch.rejected},
-        "cost": {"amount": format_amount(summary.cost_micros), "currency": summary.currency},
-        "created_at": isoformat(batch.created_at),
-        "completed_at": isoformat(batch.completed_at),
-    }
-
-
-def _template_view(batch: Batch) -> dict[str, Any]:
-    return {
-        "name": batch.template_name,
-        "language": batch.template_language,
-        "category": batch.template_category,
-    }
+    # A large unit: on PostgreSQL it commits beside the group commit, so single sends do not wait.
+    await gateway.db.write(unit, large=True)
+    dispatcher.wake(batch.channel_id)
+    dispatcher.wake_events()
+    return batch.response
 
 
 async def read_batch(
@@ -393,7 +301,7 @@ async def read_batch(
     waiting = exists().where(
         OutboxJob.message_id == Message.id,
         OutboxJob.kind == JobKind.send_message,
-        OutboxJob.state.in_(_WAITING),
+        OutboxJob.state.in_(WAITING),
     )
     rows = await session.execute(
         select(
@@ -429,7 +337,7 @@ async def read_batch(
     return {
         "batch_id": batch.id,
         "channel_id": batch.channel_id,
-        "template": _template_view(batch),
+        "template": template_view(batch),
         "status": batch.status.value,
         "created_at": isoformat(batch.created_at),
         "completed_at": isoformat(batch.completed_at),

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import bindparam, delete, select, update
 from sqlalchemy.orm import Session
 
-from wagate.bulk.service import complete_batches
+from wagate.bulk.completion import complete_batches
 from wagate.db import table_of, utcnow
 from wagate.events.subscriptions import Subscriptions
 from wagate.messages.events import publish_status_changes

@@ -5,15 +5,19 @@ from __future__ import annotations
 import base64
 import secrets
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
+from wagate.deps import Gateway
 from wagate.errors import Conflict, NotFound
 from wagate.events import publish
 from wagate.events.models import Delivery, DeliveryAttempt, DeliveryState, Webhook
+from wagate.events.schemas import delivery_view, webhook_view
 from wagate.events.signing import SECRET_PREFIX
+from wagate.events.urls import check_url
 from wagate.security import SecretBox
 
 
@@ -153,3 +157,68 @@ async def find_webhook(session: AsyncSession, *, account_id: int, webhook_id: in
     if webhook is None:
         raise WebhookNotFound()
     return webhook
+
+
+# The actions on account webhooks, as the API and the dashboard take them: the URL checked against
+# the SSRF guard, one transaction, and this process's subscriptions forgotten so the change applies at
+# once (other processes within 5 s). Each returns the webhook's view (the secret only on creation).
+
+
+async def add_webhook(
+    gateway: Gateway, *, account_id: int, url: str, events: Sequence[str]
+) -> dict[str, Any]:
+    checked = await check_url(url, allow_private=gateway.settings.allow_private_urls)
+    secret = new_secret()
+
+    def unit(session: Session) -> dict[str, Any]:
+        webhook = create_webhook(
+            session, account_id=account_id, url=checked, events=events, secret=secret, box=gateway.secret_box
+        )
+        return webhook_view(webhook, secret=secret)
+
+    view: dict[str, Any] = await gateway.db.write(unit)
+    gateway.lookups.forget_subscriptions()
+    return view
+
+
+async def change_webhook(
+    gateway: Gateway,
+    *,
+    account_id: int,
+    webhook_id: int,
+    url: str | None = None,
+    events: Sequence[str] | None = None,
+    enabled: bool | None = None,
+) -> dict[str, Any]:
+    checked = None if url is None else await check_url(url, allow_private=gateway.settings.allow_private_urls)
+
+    def unit(session: Session) -> dict[str, Any]:
+        webhook = update_webhook(
+            session, account_id=account_id, webhook_id=webhook_id, url=checked, events=events, enabled=enabled
+        )
+        return webhook_view(webhook)
+
+    view: dict[str, Any] = await gateway.db.write(unit)
+    gateway.lookups.forget_subscriptions()
+    return view
+
+
+async def remove_webhook(gateway: Gateway, *, account_id: int, webhook_id: int) -> None:
+    await gateway.db.write(
+        lambda session: delete_webhook(session, account_id=account_id, webhook_id=webhook_id)
+    )
+    gateway.lookups.forget_subscriptions()
+
+
+async def redeliver_now(
+    gateway: Gateway, *, account_id: int, webhook_id: int, delivery_id: str
+) -> dict[str, Any]:
+    """Send a delivery again (same `webhook-id`), at once."""
+
+    def unit(session: Session) -> dict[str, Any]:
+        delivery = redeliver(session, account_id=account_id, webhook_id=webhook_id, delivery_id=delivery_id)
+        return delivery_view(delivery)
+
+    view: dict[str, Any] = await gateway.db.write(unit)
+    gateway.dispatcher.wake_events()
+    return view

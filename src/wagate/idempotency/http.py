@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
 
-from fastapi import Request
 from pydantic import BaseModel
 from sqlalchemy.exc import IntegrityError
 
 from wagate.accounts.auth import Principal
+from wagate.db import Database
 from wagate.idempotency import service as idempotency
 from wagate.responses import FastJSONResponse as JSONResponse
 
@@ -17,20 +16,25 @@ Accept = Callable[[idempotency.IdempotentRequest | None], Awaitable[JSONResponse
 
 
 async def answer_once(
-    request: Request, principal: Principal, body: BaseModel, key: str | None, accept: Accept
+    db: Database,
+    in_flight: idempotency.InFlightKeys,
+    path: str,
+    principal: Principal,
+    body: BaseModel,
+    key: str | None,
+    accept: Accept,
 ) -> JSONResponse:
     """`accept(idem)` the request, unless its key was answered already (the same answer again) or is
     being answered right now (409). `accept` stores its response with the key in its own transaction."""
     if key is None:
         return await accept(None)
-    state: Any = request.app.state
     idem = idempotency.IdempotentRequest(
         api_key_id=principal.api_key_id,
         key=idempotency.validate_key(key),
-        request_hash=idempotency.request_hash(request.url.path, body.model_dump(mode="json")),
+        request_hash=idempotency.request_hash(path, body.model_dump(mode="json")),
     )
-    async with state.idempotency_in_flight.hold(idem):
-        async with state.db.read() as session:
+    async with in_flight.hold(idem):
+        async with db.read() as session:
             stored = await idempotency.find_response(session, idem)
         if stored is not None:
             return JSONResponse(stored.body, status_code=stored.status_code)
@@ -40,7 +44,7 @@ async def answer_once(
             # Another process committed the same key after our read: the key's primary key refused
             # ours, so nothing of this request was stored (see `remember_response`). This is a repeat
             # of that request: its response, or 422 if the bodies differ.
-            async with state.db.read() as session:
+            async with db.read() as session:
                 stored = await idempotency.find_response(session, idem)
             if stored is None:
                 raise

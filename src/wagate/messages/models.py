@@ -1,13 +1,19 @@
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import JSON, Enum, ForeignKey, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
+from wagate.conversations.models import ConversationStatus
 from wagate.db import Base, UTCDateTime, utcnow
+from wagate.events.models import EventKind
+from wagate.events.subscriptions import NO_SUBSCRIPTIONS, Subscriptions
+from wagate.outbox.models import Priority
+from wagate.templates.models import Template
 
 
 class MessageStatus(enum.StrEnum):
@@ -75,3 +81,39 @@ class ParkedStatus(Base):
     payload: Mapped[dict[str, Any]] = mapped_column(JSON)
     # Indexed for the purge of statuses no send claimed (messages/parked.py).
     received_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
+
+
+@dataclass(frozen=True)
+class BoundTemplate:
+    template: Template
+    values: dict[str, str]
+    parameters: Any  # as the caller gave them, for the message record
+
+
+@dataclass(frozen=True)
+class PreparedSend:
+    """A checked send, ready to be stored: everything the write transaction needs, nothing to look up."""
+
+    message_id: str
+    account_id: int
+    channel_id: int
+    phone_number: str
+    sent_as: SentAs
+    text: str | None
+    template: BoundTemplate | None
+    upstream_body: dict[str, Any]
+    conversation_status: ConversationStatus | None
+    status_callback: dict[str, Any] | None
+    cost_micros: int
+    currency: str
+    priority: Priority = Priority.single
+    batch_id: str | None = None
+    # Who takes which events (the cached snapshot): `message_created` and `conversation_status_changed`
+    # cost the send nothing when nobody does.
+    subscriptions: Subscriptions = NO_SUBSCRIPTIONS
+
+    @property
+    def announced(self) -> bool:
+        """Whether storing it writes events (message_created, conversation_status_changed)."""
+        kinds = self.subscriptions.by_account.get(self.account_id, {})
+        return EventKind.message_created in kinds or EventKind.conversation_status_changed in kinds

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
@@ -17,66 +15,24 @@ from wagate.config import Settings
 from wagate.conversations.models import Conversation, ConversationStatus
 from wagate.conversations.service import (
     find_conversation,
-    status_after_send,
-    statuses_before,
-    touch_after_sends,
     window_of,
 )
-from wagate.db import isoformat, table_of, utcnow
+from wagate.deps import Gateway
 from wagate.errors import MessageNotFound, TemplateParametersMismatch, WindowClosed
-from wagate.events.models import EventKind
-from wagate.events.publish import ConversationChange, publish_conversation_changes
-from wagate.events.subscriptions import NO_SUBSCRIPTIONS, Subscriptions
+from wagate.events.subscriptions import Subscriptions
 from wagate.events.urls import check_url
+from wagate.idempotency.service import IdempotentRequest, StoredResponse, remember_response
 from wagate.ids import new_id
 from wagate.lookups import Lookups
-from wagate.messages.events import publish_messages_created, schedule_status_reports
-from wagate.messages.models import Direction, Message, MessageStatus, SentAs
+from wagate.messages.models import BoundTemplate, Direction, Message, PreparedSend, SentAs
+from wagate.messages.repository import store_send
 from wagate.messages.schemas import SendMessageRequest, StatusCallback, TemplateRef, message_view
-from wagate.outbox.models import FastClaim, JobKind, OutboxJob, Priority, outbox_row
-from wagate.outbox.notify import notify_outbox
+from wagate.outbox.models import ClaimedSend, Priority
 from wagate.phones import normalize_phone_number, whatsapp_digits
 from wagate.security import SecretBox
-from wagate.templates.models import Template
 from wagate.templates.service import require_approved
 from wagate.templates.variables import bind_parameters, send_components
 from wagate.whatsapp.payloads import template_message, text_message
-
-
-@dataclass(frozen=True)
-class BoundTemplate:
-    template: Template
-    values: dict[str, str]
-    parameters: Any  # as the caller gave them, for the message record
-
-
-@dataclass(frozen=True)
-class PreparedSend:
-    """A checked send, ready to be stored: everything the write transaction needs, nothing to look up."""
-
-    message_id: str
-    account_id: int
-    channel_id: int
-    phone_number: str
-    sent_as: SentAs
-    text: str | None
-    template: BoundTemplate | None
-    upstream_body: dict[str, Any]
-    conversation_status: ConversationStatus | None
-    status_callback: dict[str, Any] | None
-    cost_micros: int
-    currency: str
-    priority: Priority = Priority.single
-    batch_id: str | None = None
-    # Who takes which events (the cached snapshot): `message_created` and `conversation_status_changed`
-    # cost the send nothing when nobody does.
-    subscriptions: Subscriptions = NO_SUBSCRIPTIONS
-
-    @property
-    def announced(self) -> bool:
-        """Whether storing it writes events (message_created, conversation_status_changed)."""
-        kinds = self.subscriptions.by_account.get(self.account_id, {})
-        return EventKind.message_created in kinds or EventKind.conversation_status_changed in kinds
 
 
 async def bind_template(lookups: Lookups, *, channel_id: int, ref: TemplateRef, field: str) -> BoundTemplate:
@@ -217,129 +173,6 @@ def build_send(
     )
 
 
-_INSERT_MESSAGE = insert(table_of(Message))
-_INSERT_OUTBOX = insert(table_of(OutboxJob))
-_INSERT_OUTBOX_RETURNING_ID = _INSERT_OUTBOX.returning(table_of(OutboxJob).c.id)
-
-
-def store_send(
-    session: Session, send: PreparedSend, *, notify_others: bool = True, claim: FastClaim | None = None
-) -> int:
-    """The unit of work behind a 201: the message, its conversation and its outbox row, together.
-
-    `notify_others`: wake dispatchers of other processes (PostgreSQL NOTIFY); needless when this
-    process's own dispatcher sends for the channel. `claim`: the row is born `in_flight` (the attempt
-    record), so the lane can call Meta the moment this commits. Returns the outbox row's id.
-    """
-    return store_sends(session, [send], notify_others=notify_others, claim=claim)[0]
-
-
-def store_sends(
-    session: Session, sends: list[PreparedSend], *, notify_others: bool = True, claim: FastClaim | None = None
-) -> list[int]:
-    """Messages of one account and channel (a single send, or a batch) with their conversations and
-    outbox rows: a handful of statements however many there are. Returns the outbox ids of a single
-    send (a batch's are not needed, and not read back)."""
-    if not sends:
-        return []
-    now = utcnow()
-    first = sends[0]
-    account_id, channel_id, subscriptions = first.account_id, first.channel_id, first.subscriptions
-    numbers = [send.phone_number for send in sends]
-    conversation_status = status_after_send(first.conversation_status)
-    conversation_webhooks = subscriptions.webhooks(account_id, EventKind.conversation_status_changed)
-    previous: dict[str, str] = {}
-    if conversation_webhooks:  # only then is the status before the send worth a query
-        previous = statuses_before(
-            session, account_id=account_id, channel_id=channel_id, phone_numbers=numbers
-        )
-    conversation_of = touch_after_sends(
-        session,
-        account_id=account_id,
-        channel_id=channel_id,
-        phone_numbers=numbers,
-        status=conversation_status,
-    )
-    # Core statements built once, with values at execution: this runs for every accepted message,
-    # and the ORM's unit of work (or a statement compiled anew) costs more than the SQL itself.
-    connection = session.connection()
-    message_rows = [_message_row(send, conversation_of[send.phone_number], now) for send in sends]
-    connection.execute(_INSERT_MESSAGE, message_rows)
-    outbox_rows = [
-        outbox_row(
-            JobKind.send_message,
-            payload={"body": send.upstream_body},
-            run_at=now,
-            priority=send.priority,
-            now=now,
-            channel_id=send.channel_id,
-            message_id=send.message_id,
-            batch_id=send.batch_id,
-            claimed_by=claim,
-        )
-        for send in sends
-    ]
-    job_ids: list[int] = []
-    if len(outbox_rows) == 1:
-        job_ids.append(connection.execute(_INSERT_OUTBOX_RETURNING_ID, outbox_rows[0]).scalar_one())
-    else:
-        connection.execute(_INSERT_OUTBOX, outbox_rows)
-    reports = [
-        (send.message_id, send.status_callback["after_seconds"])
-        for send in sends
-        if send.status_callback and send.status_callback.get("after_seconds")
-    ]
-    if reports:
-        schedule_status_reports(connection, reports, now=now)
-    if subscriptions.webhooks(account_id, EventKind.message_created):
-        created = [(Message(**row), conversation_status.value) for row in message_rows]
-        publish_messages_created(session, created, subscriptions)
-    if conversation_webhooks:
-        changes = [
-            ConversationChange(
-                account_id,
-                conversation_of[number],
-                channel_id,
-                number,
-                previous.get(number),
-                conversation_status.value,
-            )
-            for number in numbers
-        ]
-        publish_conversation_changes(session, changes, subscriptions)
-    if notify_others:
-        notify_outbox(session, channel_id)
-    return job_ids
-
-
-def _message_row(send: PreparedSend, conversation_id: int, now: datetime) -> dict[str, Any]:
-    template = send.template.template if send.template else None
-    return {
-        "id": send.message_id,
-        "account_id": send.account_id,
-        "channel_id": send.channel_id,
-        "conversation_id": conversation_id,
-        "direction": Direction.outbound,
-        "phone_number": send.phone_number,
-        "status": MessageStatus.sent,
-        "sent_as": send.sent_as,
-        "text": send.text,
-        "template_name": template.name if template else None,
-        "template_language": template.language if template else None,
-        "template_category": template.category if template else None,
-        "template_parameters": send.template.parameters if send.template else None,
-        "external_error": None,
-        "upstream_message_id": None,
-        "cost_micros": send.cost_micros,
-        "cost_currency": send.currency,
-        "batch_id": send.batch_id,
-        "status_callback": send.status_callback,
-        "status_history": [{"status": MessageStatus.sent.value, "at": isoformat(now) or ""}],
-        "created_at": now,
-        "updated_at": now,
-    }
-
-
 async def read_message(session: AsyncSession, *, principal: Principal, message_id: str) -> dict[str, Any]:
     row = (
         await session.execute(
@@ -357,3 +190,46 @@ async def read_message(session: AsyncSession, *, principal: Principal, message_i
     message, conversation_status = row
     await channel_for_member(session, principal=principal, channel_id=message.channel_id)
     return message_view(message, conversation_status=ConversationStatus(conversation_status).value)
+
+
+async def accept_send(
+    gateway: Gateway, *, principal: Principal, request: SendMessageRequest, idem: IdempotentRequest | None
+) -> dict[str, Any]:
+    """Accept one send (API.md section 4): every check, then the message and its send job in one
+    transaction, then the dispatcher. The API and the dashboard both send through this. Returns the
+    201 body, remembered with `idem` in the same transaction."""
+    prepared = await prepare_send(
+        gateway.lookups,
+        principal=principal,
+        request=request,
+        settings=gateway.settings,
+        secret_box=gateway.secret_box,
+    )
+    response = {"id": prepared.message_id, "sent_as": prepared.sent_as.value, "status": "sent"}
+    dispatcher = gateway.dispatcher
+    # The fast path: when this process sends for the channel and its window has room (a batch under
+    # way takes none of it), the row is stored already claimed and the call starts right after the
+    # commit, without a claim of its own.
+    claim = dispatcher.prepare_claim(prepared.channel_id)
+
+    def unit(session: Session) -> int:
+        job_id = store_send(
+            session, prepared, notify_others=not dispatcher.owns(prepared.channel_id), claim=claim
+        )
+        if idem is not None:
+            remember_response(
+                session,
+                idem,
+                StoredResponse(201, response),
+                ttl_seconds=gateway.settings.idempotency_ttl_seconds,
+            )
+        return job_id
+
+    job_id = await gateway.db.write(unit)
+    if claim is not None:
+        claim.started(ClaimedSend(job_id, prepared.message_id, prepared.upstream_body, 1, prepared.priority))
+    else:
+        dispatcher.wake(prepared.channel_id)
+    if prepared.announced:
+        dispatcher.wake_events()
+    return response

@@ -1,9 +1,9 @@
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query
 
-from wagate.accounts.auth import Principal, account_member
 from wagate.channels.service import channel_for_member, member_channels
+from wagate.deps import GatewayDep, Member
 from wagate.limits import Id
 from wagate.templates import service
 from wagate.templates.schemas import TemplateList, TemplateOut
@@ -13,15 +13,15 @@ router = APIRouter()
 
 @router.get("/accounts/{account_id}/whatsapp/templates", response_model=TemplateList)
 async def list_templates(
-    request: Request,
+    gateway: GatewayDep,
+    principal: Member,
     channel_id: Id | None = Query(None),
     name: str | None = Query(None),
     language: str | None = Query(None),
     category: str | None = Query(None),
     status: str | None = Query(None),
-    principal: Principal = Depends(account_member),
 ) -> TemplateList:
-    async with request.app.state.db.read() as session:
+    async with gateway.db.read() as session:
         if channel_id is not None:
             channel_ids = [(await channel_for_member(session, principal=principal, channel_id=channel_id)).id]
         else:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hmac
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import orjson
 from fastapi.responses import PlainTextResponse, Response
@@ -12,7 +14,8 @@ from sqlalchemy.orm import Session
 from starlette.requests import Request
 from starlette.routing import Route
 
-from wagate.db import table_of, utcnow
+from wagate.config import Settings
+from wagate.db import Database, table_of, utcnow
 from wagate.limits import ESCAPED_CONTROL_CHARACTER, without_control_characters
 from wagate.outbox.models import JobKind, OutboxJob, Priority, outbox_row
 from wagate.outbox.notify import notify_outbox
@@ -25,13 +28,29 @@ log = logging.getLogger(__name__)
 _STORE_WEBHOOK = insert(table_of(OutboxJob))
 
 
+@dataclass(frozen=True)
+class ReceiverDeps:
+    """What the receiver needs, set on the app by app.py (the receiver sits below the dispatcher and the
+    domains, so it is handed callables rather than the dispatcher)."""
+
+    db: Database
+    settings: Settings
+    applied_here: Callable[[], bool]  # this process's dispatcher applies stored bodies (else NOTIFY)
+    wake: Callable[[], None]  # stored bodies are waiting: apply them now
+
+
+def _deps(request: Request) -> ReceiverDeps:
+    deps: ReceiverDeps = request.app.state.receiver
+    return deps
+
+
 def _error(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
 
 
 async def verify_subscription(request: Request) -> Response:
     params = request.query_params
-    token = request.app.state.settings.meta_verify_token
+    token = _deps(request).settings.meta_verify_token
     # Compared as UTF-8 bytes: compare_digest refuses str with characters beyond ASCII.
     given = params.get("hub.verify_token", "").encode()
     if params.get("hub.mode") != "subscribe" or not token or not hmac.compare_digest(given, token.encode()):
@@ -40,9 +59,9 @@ async def verify_subscription(request: Request) -> Response:
 
 
 async def receive(request: Request) -> Response:
-    state = request.app.state
+    deps = _deps(request)
     raw = await request.body()
-    secret = state.settings.meta_app_secret
+    secret = deps.settings.meta_app_secret
     if not secret:
         log.error("a Meta webhook came in but WAGATE_META_APP_SECRET is not set: refusing it")
     if not secret or not verify(secret, raw, request.headers.get("x-hub-signature-256", "")):
@@ -65,11 +84,11 @@ async def receive(request: Request) -> Response:
             JobKind.meta_webhook, payload=body, run_at=now, priority=Priority.background, now=now
         )
         session.connection().execute(_STORE_WEBHOOK, row)
-        if not state.dispatcher.running:  # ours applies it; otherwise a worker elsewhere must
+        if not deps.applied_here():  # ours applies it; otherwise a worker elsewhere must
             notify_outbox(session, None)
 
-    await state.db.write(store)
-    state.dispatcher.wake()
+    await deps.db.write(store)
+    deps.wake()
     return Response(status_code=200)
 
 
