@@ -10,6 +10,7 @@ import psycopg
 import pytest
 
 from app_in_thread import running_gateway
+from receiver import Receiver
 from support import (
     APP_SECRET,
     GLOBEX,
@@ -86,4 +87,20 @@ def simulator() -> Iterator[Simulator]:
 @pytest.fixture(scope="module")
 def gateway(database_url: str, simulator: Simulator) -> Iterator[Gateway]:
     with running_gateway(database_url, simulator) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def receiver(database_url: str) -> Iterator[Receiver]:
+    """A subscriber's endpoint on loopback: one per module and database backend, so that each sees only
+    its own requests."""
+    running = Receiver()
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def delivering_gateway(database_url: str, simulator: Simulator) -> Iterator[Gateway]:
+    """A gateway that may deliver events to the loopback `receiver` (private URLs allowed)."""
+    with running_gateway(database_url, simulator, allow_private_urls=True) as running:
         yield running

@@ -32,13 +32,6 @@ OTP = {"name": "otp_code", "language": "en", "parameters": ["123456"]}
 
 
 @pytest.fixture(scope="module")
-def receiver(database_url: str) -> Iterator[Receiver]:
-    running = Receiver()
-    yield running
-    running.stop()
-
-
-@pytest.fixture(scope="module")
 def gateway(database_url: str, simulator: Simulator) -> Iterator[Gateway]:
     spec = provision_file()
     # An administrator who is not a member of the Second inbox: bulk needs membership too.

@@ -21,14 +21,6 @@ DISABLE_AFTER = 3  # failed attempts in a row
 
 
 @pytest.fixture(scope="module")
-def receiver(database_url: str) -> Iterator[Receiver]:
-    """One per database backend, so that each backend's tests see only their own requests."""
-    running = Receiver()
-    yield running
-    running.stop()
-
-
-@pytest.fixture(scope="module")
 def gateway(database_url: str, simulator: Simulator) -> Iterator[Gateway]:
     with running_gateway(
         database_url,

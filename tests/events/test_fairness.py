@@ -8,30 +8,20 @@ hangs while Acme sends hundreds of messages; Globex's event must still arrive at
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from app_in_thread import running_gateway
 from receiver import Receiver
-from support import ADMIN_TOKEN, OTHER_TOKEN, Gateway, Simulator, new_number, wait_for
+from support import ADMIN_TOKEN, OTHER_TOKEN, Gateway, new_number, wait_for
 
 OTP = {"name": "otp_code", "language": "en", "parameters": ["123456"]}
 FLOOD = 400  # Acme's messages: each makes a message_created event at once
 
 
 @pytest.fixture(scope="module")
-def receiver(database_url: str) -> Iterator[Receiver]:
-    running = Receiver()
-    yield running
-    running.stop()
-
-
-@pytest.fixture(scope="module")
-def gateway(database_url: str, simulator: Simulator) -> Iterator[Gateway]:
-    with running_gateway(database_url, simulator, allow_private_urls=True) as running:
-        yield running
+def gateway(delivering_gateway: Gateway) -> Gateway:
+    return delivering_gateway
 
 
 def test_an_account_whose_endpoint_hangs_does_not_hold_up_another_accounts_events(

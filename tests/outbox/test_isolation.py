@@ -9,13 +9,11 @@ webhook deleted while its delivery was under way (the attempt's delivery is gone
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from standardwebhooks import Webhook
 
-from app_in_thread import running_gateway
 from gateway_process import query
 from receiver import Receiver
 from support import Gateway, Simulator, new_number, wait_for
@@ -24,16 +22,8 @@ OTP = {"name": "otp_code", "language": "en", "parameters": ["123456"]}
 
 
 @pytest.fixture(scope="module")
-def receiver(database_url: str) -> Iterator[Receiver]:
-    running = Receiver()
-    yield running
-    running.stop()
-
-
-@pytest.fixture(scope="module")
-def gateway(database_url: str, simulator: Simulator) -> Iterator[Gateway]:
-    with running_gateway(database_url, simulator, allow_private_urls=True) as running:
-        yield running
+def gateway(delivering_gateway: Gateway) -> Gateway:
+    return delivering_gateway
 
 
 def sent(gateway: Gateway, **extra: Any) -> dict[str, Any]:

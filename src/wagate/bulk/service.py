@@ -35,7 +35,7 @@ from wagate.errors import (
     TooManyRecipients,
 )
 from wagate.events.subscriptions import Subscriptions
-from wagate.idempotency.service import IdempotentRequest, StoredResponse, remember_response
+from wagate.idempotency.service import IdempotentRequest, remember_accepted
 from wagate.ids import new_id
 from wagate.lookups import Lookups
 from wagate.messages.models import BoundTemplate, Message, MessageStatus, PreparedSend
@@ -272,13 +272,9 @@ async def accept_batch(
 
     def unit(session: Session) -> None:
         store_batch(session, batch, notify_others=not dispatcher.owns(batch.channel_id))
-        if idem is not None:
-            remember_response(
-                session,
-                idem,
-                StoredResponse(202, batch.response),
-                ttl_seconds=gateway.settings.idempotency_ttl_seconds,
-            )
+        remember_accepted(
+            session, idem, 202, batch.response, ttl_seconds=gateway.settings.idempotency_ttl_seconds
+        )
 
     # A large unit: on PostgreSQL it commits beside the group commit, so single sends do not wait.
     await gateway.db.write(unit, large=True)

@@ -101,6 +101,19 @@ def remember_response(
     session.flush()
 
 
+def remember_accepted(
+    session: Session,
+    request: IdempotentRequest | None,
+    status_code: int,
+    body: dict[str, Any],
+    *,
+    ttl_seconds: int,
+) -> None:
+    """In the transaction that accepts a request: remember its response under its key, if it has one."""
+    if request is not None:
+        remember_response(session, request, StoredResponse(status_code, body), ttl_seconds=ttl_seconds)
+
+
 def purge_expired(session: Session) -> int:
     result = session.execute(delete(IdempotencyKey).where(IdempotencyKey.expires_at <= utcnow()))
     return int(getattr(result, "rowcount", 0) or 0)

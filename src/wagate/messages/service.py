@@ -21,7 +21,7 @@ from wagate.deps import Gateway
 from wagate.errors import MessageNotFound, TemplateParametersMismatch, WindowClosed
 from wagate.events.subscriptions import Subscriptions
 from wagate.events.urls import check_url
-from wagate.idempotency.service import IdempotentRequest, StoredResponse, remember_response
+from wagate.idempotency.service import IdempotentRequest, remember_accepted
 from wagate.ids import new_id
 from wagate.lookups import Lookups
 from wagate.messages.models import BoundTemplate, Direction, Message, PreparedSend, SentAs
@@ -216,13 +216,7 @@ async def accept_send(
         job_id = store_send(
             session, prepared, notify_others=not dispatcher.owns(prepared.channel_id), claim=claim
         )
-        if idem is not None:
-            remember_response(
-                session,
-                idem,
-                StoredResponse(201, response),
-                ttl_seconds=gateway.settings.idempotency_ttl_seconds,
-            )
+        remember_accepted(session, idem, 201, response, ttl_seconds=gateway.settings.idempotency_ttl_seconds)
         return job_id
 
     job_id = await gateway.db.write(unit)
