@@ -2,7 +2,7 @@
 the message exactly once.
 
 The real `wagate` command runs as a subprocess (migrate, provision, serve) on a real database, as in
-tests/outbox/test_crash_recovery.py, and sends to the session's in-thread simulator, whose signed status
+tests/dispatch/test_crash_recovery.py, and sends to the session's in-thread simulator, whose signed status
 webhooks come back to it. A batch is stored whole with the 202 (batch, messages and outbox rows in one
 transaction), so whatever the kill interrupts, the restarted process must finish it: the batch says
 `completed`, every accepted number reached the simulator once (none twice, none missing), and each
