@@ -117,19 +117,24 @@ def test_our_id_with_another_wamid_does_not_touch_our_message(
     assert message["status"] == "sent" and message["upstream_message_id"] == wamid
 
 
-def test_our_id_settles_a_lost_reply_only_on_the_messages_channel(
-    gateway: Gateway, manual_statuses: None
-) -> None:
-    # The Cloud API's reply is lost (slower than our timeout), so the wamid is known only to Meta.
-    gateway.sim.configure(slow_response_seconds=30)
-    message_id = gateway.otp(MAGIC_SLOW).json()["id"]
+def slow_send(gateway: Gateway) -> tuple[str, str, str]:
+    """An OTP to the number whose reply comes late: our id, and the wamid and `to` Meta got."""
+    message_id: str = gateway.otp(MAGIC_SLOW).json()["id"]
     [request] = wait_for(
         lambda: [
             m for m in gateway.sim.messages(to=MAGIC_SLOW) if m["biz_opaque_callback_data"] == message_id
         ],
         what="the upstream request",
     )
-    wamid, to = request["wamid"], request["to"]
+    return message_id, request["wamid"], request["to"]
+
+
+def test_our_id_settles_a_lost_reply_only_on_the_messages_channel(
+    gateway: Gateway, manual_statuses: None
+) -> None:
+    # The Cloud API's reply is lost (slower than our timeout), so the wamid is known only to Meta.
+    gateway.sim.configure(slow_response_seconds=30)
+    message_id, wamid, to = slow_send(gateway)
     for phone_number_id in (SECOND["phone_number_id"], GLOBEX["phone_number_id"], UNKNOWN_NUMBER_ID):
         post_status(
             gateway,
@@ -149,14 +154,7 @@ def test_our_id_settles_a_lost_reply_only_on_the_messages_channel(
 def test_a_parked_status_keeps_its_channel(gateway: Gateway, manual_statuses: None) -> None:
     # The reply comes, but a second late: statuses that come before it wait (are parked) for the wamid.
     gateway.sim.configure(slow_response_seconds=1.5)
-    message_id = gateway.otp(MAGIC_SLOW).json()["id"]
-    [request] = wait_for(
-        lambda: [
-            m for m in gateway.sim.messages(to=MAGIC_SLOW) if m["biz_opaque_callback_data"] == message_id
-        ],
-        what="the upstream request",
-    )
-    wamid, to = request["wamid"], request["to"]
+    message_id, wamid, to = slow_send(gateway)
     post_status(gateway, SECOND["phone_number_id"], status(wamid, "read", to))
     post_status(gateway, MAIN["phone_number_id"], status(wamid, "delivered", to))
     assert gateway.message(message_id)["upstream_message_id"] is None, (
