@@ -162,12 +162,17 @@ def test_inbound_customer_message(harness: Harness) -> None:
         },
     )
     assert reply["delivered"] is True
+    user_id = harness.control(
+        "GET", "/_sim/customers", params={"phone_number_id": PHONE_NUMBER_ID, "phone_number": "+" + TO}
+    )["user_id"]
+    assert reply["user_id"] == user_id
     [body] = harness.receiver.snapshot()
     value = body["entry"][0]["changes"][0]["value"]
-    assert value["contacts"] == [{"profile": {"name": "Aysel"}, "wa_id": TO}]
+    assert value["contacts"] == [{"profile": {"name": "Aysel"}, "wa_id": TO, "user_id": user_id}]
     assert value["messages"] == [
         {
             "from": TO,
+            "from_user_id": user_id,
             "id": reply["wamid"],
             "timestamp": "1750000000",
             "text": {"body": "Salam"},

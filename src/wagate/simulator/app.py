@@ -19,6 +19,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from wagate.simulator.control import build_control_router
+from wagate.simulator.control_customers import build_customer_router
 from wagate.simulator.graph import build_graph_router
 from wagate.simulator.state import SimulatorConfig, SimulatorState
 from wagate.simulator.webhooks import WebhookSender
@@ -45,6 +46,7 @@ def create_simulator_app(config: SimulatorConfig | None = None) -> FastAPI:
     )
     # Control routes first: "/_sim/..." must never be taken for a Graph API version segment.
     app.include_router(build_control_router(state, sender))
+    app.include_router(build_customer_router(state, sender))
     app.include_router(build_graph_router(state, sender))
     # For code running in the simulator's own loop (e.g. the sandbox); other threads use /_sim/.
     app.state.simulator = state

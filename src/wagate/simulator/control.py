@@ -11,33 +11,32 @@
   ``answer_wamid_next {to, wamid}`` (the next send to ``to`` is answered with that wamid, as an
   upstream that repeats an id it gave before would),
   ``slow_response_seconds``, ``response_latency_seconds``, ``webhook_retry_total|initial|cap``,
-  ``webhook_timeout``.
-- ``GET /_sim/messages?phone_number_id=&to=&wamid=``: accepted sends, oldest first.
+  ``webhook_timeout``, ``webhook_batch_window_seconds`` (statuses of one WABA due that close
+  together share one POST; 0 = one status per POST). ``fail_next.to`` and
+  ``answer_wamid_next.to`` may be a number or a user id (a send by ``recipient``).
+- ``GET /_sim/messages?phone_number_id=&to=&wamid=&user_id=``: accepted sends, oldest first.
 - ``GET /_sim/stats``: sends per phone_number_id per wall-clock second, the most in any sliding 1 s
   window, and webhook counters; ``GET /_sim/idle?seconds=5`` waits until no webhook is pending.
 - ``GET|POST /_sim/channels`` ``{phone_number_id, waba_id, display_phone_number}``.
 - ``GET|PUT /_sim/templates/{waba_id}`` with ``{"data": [template, ...]}`` (Meta's listing shape).
-- ``POST /_sim/inbound`` ``{phone_number_id, from, text, name?, timestamp?}``: a customer message.
-- ``POST /_sim/statuses`` ``{phone_number_id, wamid, status, recipient_id?, biz_opaque_callback_data?,
-  errors?, pricing_category?, timestamp?}``: any status webhook; missing fields come from the log.
+- Customers, customer messages and hand-made statuses: :mod:`wagate.simulator.control_customers`.
 
-Both webhook pushes try once at once and report ``delivered``; a failed attempt keeps retrying in
-the background. Bodies are pydantic models with ``extra="forbid"``, so a mistyped switch name is a
-422 instead of a silently ignored setting.
+Bodies are pydantic models with ``extra="forbid"``, so a mistyped switch name is a 422 instead of a
+silently ignored setting.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict
 from typing import Any
 
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
-from wagate.simulator.state import ChannelInfo, InjectedFailure, SimulatorState, StatusDelays, new_wamid
+from wagate.simulator.customers import digits_of, is_user_id
+from wagate.simulator.state import ChannelInfo, InjectedFailure, SimulatorState, StatusDelays
 from wagate.simulator.templates import with_ids
-from wagate.simulator.webhooks import WebhookSender, error_item, inbound_payload, status_payload
+from wagate.simulator.webhooks import WebhookSender
 
 
 class _Body(BaseModel):
@@ -80,33 +79,13 @@ class ConfigPatch(_Body):
     webhook_retry_initial: float | None = Field(default=None, gt=0)
     webhook_retry_cap: float | None = Field(default=None, gt=0)
     webhook_timeout: float | None = Field(default=None, gt=0)
+    webhook_batch_window_seconds: float | None = Field(default=None, ge=0, le=5)
 
 
 class ChannelBody(_Body):
     phone_number_id: str = Field(min_length=1)
     waba_id: str = Field(min_length=1)
     display_phone_number: str = "15550000000"
-
-
-class InboundBody(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-    phone_number_id: str = Field(min_length=1)
-    from_: str = Field(alias="from", min_length=5)
-    text: str = Field(min_length=1)
-    name: str | None = None
-    timestamp: int | None = None  # Unix seconds; in the past to test an expired 24-hour window
-
-
-class StatusBody(_Body):
-    phone_number_id: str = Field(min_length=1)
-    wamid: str = Field(min_length=1)
-    status: str = Field(min_length=1)
-    recipient_id: str | None = None
-    biz_opaque_callback_data: str | None = None
-    errors: list[dict[str, Any]] | None = None
-    pricing_category: str | None = None
-    timestamp: int | None = None
 
 
 class TemplatesBody(_Body):
@@ -150,6 +129,7 @@ def build_control_router(state: SimulatorState, sender: WebhookSender) -> APIRou
             "webhook_retry_initial",
             "webhook_retry_cap",
             "webhook_timeout",
+            "webhook_batch_window_seconds",
         ):
             value = getattr(patch, name)
             if value is not None:
@@ -163,24 +143,27 @@ def build_control_router(state: SimulatorState, sender: WebhookSender) -> APIRou
             )
         if patch.fail_next is not None:
             fail = patch.fail_next
-            to = "".join(ch for ch in fail.to if ch.isdigit()) if fail.to else None
+            to = _recipient_key(fail.to) if fail.to else None
             state.fail_next = InjectedFailure(fail.count, fail.code, to, fail.phone_number_id)
         if patch.answer_wamid_next is not None:
-            digits = "".join(ch for ch in patch.answer_wamid_next.to if ch.isdigit())
-            state.wamid_next[digits] = patch.answer_wamid_next.wamid
+            state.wamid_next[_recipient_key(patch.answer_wamid_next.to)] = patch.answer_wamid_next.wamid
         return config.public()
 
     @router.get("/messages")
     async def messages(
-        phone_number_id: str | None = None, to: str | None = None, wamid: str | None = None
+        phone_number_id: str | None = None,
+        to: str | None = None,
+        wamid: str | None = None,
+        user_id: str | None = None,
     ) -> dict[str, Any]:
         to_digits = to.lstrip("+") if to else None
         data = [
             entry.to_json()
             for entry in state.log
             if (phone_number_id is None or entry.phone_number_id == phone_number_id)
-            and (to_digits is None or entry.to.lstrip("+") == to_digits)
+            and (to_digits is None or (entry.to or "").lstrip("+") == to_digits)
             and (wamid is None or entry.wamid == wamid)
+            and (user_id is None or entry.user_id == user_id)
         ]
         return {"data": data}
 
@@ -222,48 +205,13 @@ def build_control_router(state: SimulatorState, sender: WebhookSender) -> APIRou
         state.templates[waba_id] = with_ids(waba_id, items)
         return {"data": state.templates[waba_id]}
 
-    @router.post("/inbound")
-    async def inbound(body: InboundBody) -> dict[str, Any]:
-        wa_id = body.from_.strip().lstrip("+")
-        wamid = new_wamid(wa_id)
-        payload = inbound_payload(
-            state.channel(body.phone_number_id),
-            wamid=wamid,
-            wa_id=wa_id,
-            text=body.text,
-            name=body.name,
-            timestamp=body.timestamp if body.timestamp is not None else int(time.time()),
-        )
-        delivered = await sender.deliver_now(payload)
-        return {"wamid": wamid, "delivered": delivered}
-
-    @router.post("/statuses")
-    async def push_status(body: StatusBody) -> dict[str, Any]:
-        known = state.by_wamid.get(body.wamid)
-        recipient = body.recipient_id or (known.to.lstrip("+") if known else "")
-        callback = body.biz_opaque_callback_data
-        if callback is None and known is not None:
-            callback = known.biz_opaque_callback_data
-        errors = body.errors
-        if body.status == "failed" and not errors:
-            errors = [error_item(131026, "Message undeliverable", "Message Undeliverable.")]
-        category = body.pricing_category
-        if category is None and known is not None:
-            category = (known.template_category or "service").lower()
-        payload = status_payload(
-            state.channel(body.phone_number_id),
-            wamid=body.wamid,
-            status=body.status,
-            recipient_id=recipient,
-            biz_opaque_callback_data=callback,
-            pricing_category=category,
-            errors=errors,
-            timestamp=body.timestamp,
-        )
-        delivered = await sender.deliver_now(payload)
-        return {"delivered": delivered}
-
     return router
+
+
+def _recipient_key(to: str) -> str:
+    """How ``fail_next`` / ``answer_wamid_next`` name a recipient: a user id, or a number's digits."""
+    to = to.strip()
+    return to if is_user_id(to) else digits_of(to)
 
 
 def _pick(value: float | None, default: float) -> float:

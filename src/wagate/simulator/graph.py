@@ -14,7 +14,9 @@ from typing import Any
 import orjson
 from fastapi import APIRouter, Request, Response
 
+from wagate.simulator.customers import Customer, digits_of
 from wagate.simulator.magic import FAILURE_ERRORS, Fault, fault_for
+from wagate.simulator.payloads import Recipient
 from wagate.simulator.state import SentRecord, SimulatorState, new_wamid, now_pair
 from wagate.simulator.validation import (
     GraphError,
@@ -78,15 +80,17 @@ def build_graph_router(state: SimulatorState, sender: WebhookSender) -> APIRoute
                 body = orjson.loads(await request.body())
             except orjson.JSONDecodeError:
                 raise GraphError(400, 100, "Invalid parameter", "Request body is not valid JSON.") from None
-            raw_to = body.get("to") if isinstance(body, dict) else None
-            to_digits = "".join(ch for ch in raw_to if ch.isdigit()) if isinstance(raw_to, str) else ""
+            keys = _recipient_keys(body)
             # Injected failures come before validation: they stand for Meta's side failing.
-            injected = state.take_injected_failure(phone_number_id, to_digits)
+            injected = state.take_injected_failure(phone_number_id, keys)
             if injected is not None and injected != 408:
                 raise error_for_code(injected)
             channel = state.channel(phone_number_id)
             valid = validate_send(body, state.templates_for(channel.waba_id))
-            fault = fault_for(valid.wa_id)
+            customer = state.customers.resolve(channel.waba_id, valid.wa_id, valid.recipient)
+            recipient = Recipient(customer, by_user_id=valid.recipient is not None)
+            # A user id whose number is known fails as that number would.
+            fault = fault_for(customer.wa_id) if customer.wa_id else None
             if fault is Fault.RATE_LIMITED:
                 raise rate_limit_hit()
             if fault is Fault.SERVER_ERROR:
@@ -98,14 +102,16 @@ def build_graph_router(state: SimulatorState, sender: WebhookSender) -> APIRoute
             return error_response(error)
 
         template = valid.template
-        wamid = state.wamid_next.pop(to_digits, None) or new_wamid(valid.wa_id)
+        wamid = _answer_wamid(state, keys) or new_wamid(customer.wa_id or customer.user_id)
         state.record(
             SentRecord(
                 received_at=wall,
                 received_monotonic=mono,
                 phone_number_id=phone_number_id,
                 waba_id=channel.waba_id,
-                to=valid.to,
+                to=valid.to if valid.to is not None else customer.wa_id,
+                recipient=valid.recipient,
+                user_id=customer.user_id,
                 type=valid.type,
                 body=body,
                 biz_opaque_callback_data=valid.biz_opaque_callback_data,
@@ -121,7 +127,7 @@ def build_graph_router(state: SimulatorState, sender: WebhookSender) -> APIRoute
                 channel,
                 status_steps(state, fault),
                 wamid=wamid,
-                recipient_id=valid.wa_id,
+                recipient=recipient,
                 biz_opaque_callback_data=valid.biz_opaque_callback_data,
                 pricing_category=category,
             )
@@ -133,7 +139,7 @@ def build_graph_router(state: SimulatorState, sender: WebhookSender) -> APIRoute
         return json_response(
             {
                 "messaging_product": "whatsapp",
-                "contacts": [{"input": valid.to, "wa_id": valid.wa_id}],
+                "contacts": [_answer_contact(valid.to, valid.wa_id, customer, valid.recipient)],
                 "messages": [{"id": wamid, "message_status": "accepted"}],
             }
         )
@@ -181,6 +187,37 @@ def build_graph_router(state: SimulatorState, sender: WebhookSender) -> APIRoute
         return json_response(result)
 
     return router
+
+
+def _recipient_keys(body: Any) -> tuple[str, ...]:
+    """What ``fail_next`` / ``answer_wamid_next`` may name a send by: the digits of "to", the user id."""
+    if not isinstance(body, dict):
+        return ()
+    keys = []
+    if isinstance(body.get("to"), str):
+        keys.append(digits_of(body["to"]))
+    if isinstance(body.get("recipient"), str):
+        keys.append(body["recipient"].strip())
+    return tuple(keys)
+
+
+def _answer_wamid(state: SimulatorState, keys: tuple[str, ...]) -> str | None:
+    for key in keys:
+        wamid = state.wamid_next.pop(key, None)
+        if wamid is not None:
+            return wamid
+    return None
+
+
+def _answer_contact(
+    to: str | None, wa_id: str | None, customer: Customer, recipient: str | None
+) -> dict[str, str]:
+    """Meta's ``contacts[0]``: ``input`` as sent and ``wa_id`` for a send to a number, ``input`` and
+    ``user_id`` (no ``wa_id``) for a send to a business-scoped user id."""
+    if recipient is not None:
+        return {"input": recipient, "user_id": customer.user_id}
+    assert to is not None and wa_id is not None  # for mypy: validate_send gives one or the other
+    return {"input": to, "wa_id": wa_id}
 
 
 async def _late_reply(request: Request, seconds: float) -> None:

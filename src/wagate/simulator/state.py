@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from wagate.simulator.customers import CustomerBook
 from wagate.simulator.templates import seed_for
 
 RATE_WINDOW_SECONDS = 1.0
@@ -59,6 +60,8 @@ class SimulatorConfig:
     webhook_retry_initial: float = 0.2
     webhook_retry_cap: float = 5.0
     webhook_timeout: float = 10.0
+    # Statuses of one WABA due within this many seconds of the first go out in one POST; 0 = one each.
+    webhook_batch_window_seconds: float = 0.03
     channels: list[ChannelInfo] = field(default_factory=list)
 
     def public(self) -> dict[str, Any]:
@@ -76,7 +79,9 @@ class SentRecord:
     received_monotonic: float
     phone_number_id: str
     waba_id: str
-    to: str
+    to: str | None  # the number as sent in "to", or the customer's number for a send by user id
+    recipient: str | None  # the BSUID sent in "recipient" (None for a send to a number)
+    user_id: str  # the customer's business-scoped user id
     type: str
     body: dict[str, Any]
     biz_opaque_callback_data: str | None
@@ -103,11 +108,11 @@ class InjectedFailure:
 
     count: int
     code: int
-    to: str | None = None  # digits, no '+'
+    to: str | None = None  # digits, no '+', or a user id
     phone_number_id: str | None = None
 
-    def matches(self, phone_number_id: str, to_digits: str) -> bool:
-        return (self.to is None or self.to == to_digits) and (
+    def matches(self, phone_number_id: str, recipients: tuple[str, ...]) -> bool:
+        return (self.to is None or self.to in recipients) and (
             self.phone_number_id is None or self.phone_number_id == phone_number_id
         )
 
@@ -129,9 +134,10 @@ class SimulatorState:
         self.by_wamid: dict[str, SentRecord] = {}
         self._recent: dict[str, deque[float]] = {}
         self.fail_next: InjectedFailure | None = None
-        # ``answer_wamid_next``: recipient digits -> the wamid its next send is answered with.
+        # ``answer_wamid_next``: recipient digits (or user id) -> the wamid its next send is answered with.
         self.wamid_next: dict[str, str] = {}
         self.counters = WebhookCounters()
+        self.customers = CustomerBook()
 
     def reset(self) -> None:
         """Back to the startup behaviour; the webhook URL and registered channels are wiring and stay."""
@@ -145,6 +151,7 @@ class SimulatorState:
         self.fail_next = None
         self.wamid_next.clear()
         self.counters = WebhookCounters()
+        self.customers.clear()  # usernames go; the numbers keep their derived user ids
 
     def channel(self, phone_number_id: str) -> ChannelInfo:
         """The registered channel, or one made up on the fly (its WABA id is the phone number id)."""
@@ -160,9 +167,10 @@ class SimulatorState:
             templates = self.templates[waba_id] = seed_for(waba_id)
         return templates
 
-    def take_injected_failure(self, phone_number_id: str, to_digits: str) -> int | None:
+    def take_injected_failure(self, phone_number_id: str, recipients: tuple[str, ...]) -> int | None:
+        """``recipients``: the digits of ``to`` and/or the ``recipient`` user id of the send."""
         failure = self.fail_next
-        if failure is None or failure.count <= 0 or not failure.matches(phone_number_id, to_digits):
+        if failure is None or failure.count <= 0 or not failure.matches(phone_number_id, recipients):
             return None
         failure.count -= 1
         return failure.code

@@ -11,6 +11,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
+from wagate.simulator.customers import is_user_id
 from wagate.simulator.templates import variables
 
 MAX_TEXT_LENGTH = 4096
@@ -83,8 +84,11 @@ def check_bearer(authorization: str | None, accepted: set[str] | None) -> None:
 
 @dataclass(frozen=True, slots=True)
 class ValidSend:
-    to: str
-    wa_id: str
+    """A send that passed the checks, addressed by ``to`` (``wa_id`` set) or by ``recipient``."""
+
+    to: str | None  # "to" as sent
+    wa_id: str | None  # its digits
+    recipient: str | None  # the BSUID of a send by "recipient" (only when there is no "to")
     type: str
     biz_opaque_callback_data: str | None
     template: dict[str, Any] | None
@@ -102,10 +106,7 @@ def validate_send(body: Any, templates: list[dict[str, Any]]) -> ValidSend:
     recipient_type = body.get("recipient_type", "individual")
     if recipient_type != "individual":
         raise _invalid("Invalid parameter", "recipient_type must be individual")
-    to = body.get("to")
-    wa_id = to.strip().removeprefix("+") if isinstance(to, str) else ""
-    if not (wa_id.isdigit() and 5 <= len(wa_id) <= 15):
-        raise _invalid("Parameter value is not valid", "to: invalid phone number", code=131009)
+    to, wa_id, recipient = _addressee(body)
     callback = body.get("biz_opaque_callback_data")
     if callback is not None and (not isinstance(callback, str) or len(callback) > MAX_CALLBACK_DATA_LENGTH):
         raise _invalid(
@@ -119,9 +120,43 @@ def validate_send(body: Any, templates: list[dict[str, Any]]) -> ValidSend:
         template = _check_template(body.get("template"), templates)
     else:
         raise _invalid("Invalid parameter", f"type {kind!r} is not supported by the simulator")
+    if (
+        recipient is not None
+        and template is not None
+        and str(template.get("category")).upper() == ("AUTHENTICATION")
+    ):
+        # Meta: one-tap, zero-tap and copy-code authentication templates still need a phone number.
+        raise _invalid(
+            "Business-scoped User ID recipients are not supported for this message.",
+            "Authentication templates must be sent to a phone number.",
+            code=131062,
+        )
     return ValidSend(
-        to=str(to), wa_id=wa_id, type=str(kind), biz_opaque_callback_data=callback, template=template
+        to=to,
+        wa_id=wa_id,
+        recipient=recipient,
+        type=str(kind),
+        biz_opaque_callback_data=callback,
+        template=template,
     )
+
+
+def _addressee(body: dict[str, Any]) -> tuple[str | None, str | None, str | None]:
+    """(to, its digits, recipient): "to" wins when both are sent, as at Meta."""
+    to = body.get("to")
+    if to is not None:
+        wa_id = to.strip().removeprefix("+") if isinstance(to, str) else ""
+        if not (wa_id.isdigit() and 5 <= len(wa_id) <= 15):
+            raise _invalid("Parameter value is not valid", "to: invalid phone number", code=131009)
+        return str(to), wa_id, None
+    recipient = body.get("recipient")
+    if recipient is None:
+        raise _invalid("The parameter to is required.", "Either to or recipient must be set.")
+    if not (isinstance(recipient, str) and is_user_id(recipient.strip())):
+        raise _invalid(
+            "Parameter value is not valid", "recipient: invalid business-scoped user ID", code=131009
+        )
+    return None, None, recipient.strip()
 
 
 def _check_text(text: Any) -> None:

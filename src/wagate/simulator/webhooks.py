@@ -1,9 +1,11 @@
-"""Meta-shaped webhooks (status updates and customer messages), signed and delivered with retries.
+"""Signed webhook delivery with retries, and the status walk of each accepted message.
 
-Each accepted message gets one task that walks through its statuses in order: a status is only sent
-after the previous one was delivered, so retries never reorder them (unless reordering was asked
-for). A receiver that is down gets the webhook later, as Meta retries for days; here the total is
-``webhook_retry_total``.
+Each accepted message gets one task that walks through its statuses in order: a status is only
+handed on after the previous one was delivered, so retries never reorder them (unless reordering was
+asked for). Statuses of different messages of one WABA that become due within
+``webhook_batch_window_seconds`` of each other go out in ONE POST (:mod:`wagate.simulator.batching`),
+as Meta batches them. A receiver that is down gets the webhook later, as Meta retries for days;
+here the total is ``webhook_retry_total``.
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ from typing import Any
 
 import aiohttp
 
+from wagate.simulator.batching import StatusBatcher
+from wagate.simulator.payloads import Recipient, error_item, status_update
 from wagate.simulator.state import ChannelInfo, SimulatorState
-
-ERROR_HREF = "https://developers.facebook.com/docs/whatsapp/cloud-api/support/error-codes/"
 
 
 def meta_signature(app_secret: str, raw_body: bytes) -> str:
@@ -39,95 +41,6 @@ class StatusStep:
     error: tuple[int, str, str] | None = None  # (code, title, details) for a failed status
 
 
-def envelope(channel: ChannelInfo, value: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "object": "whatsapp_business_account",
-        "entry": [
-            {
-                "id": channel.waba_id,
-                "changes": [
-                    {
-                        "value": {
-                            "messaging_product": "whatsapp",
-                            "metadata": {
-                                "display_phone_number": channel.display_phone_number,
-                                "phone_number_id": channel.phone_number_id,
-                            },
-                            **value,
-                        },
-                        "field": "messages",
-                    }
-                ],
-            }
-        ],
-    }
-
-
-def status_payload(
-    channel: ChannelInfo,
-    *,
-    wamid: str,
-    status: str,
-    recipient_id: str,
-    biz_opaque_callback_data: str | None = None,
-    pricing_category: str | None = None,
-    errors: list[dict[str, Any]] | None = None,
-    timestamp: int | None = None,
-) -> dict[str, Any]:
-    ts = int(time.time()) if timestamp is None else timestamp
-    item: dict[str, Any] = {"id": wamid, "status": status, "timestamp": str(ts), "recipient_id": recipient_id}
-    if biz_opaque_callback_data is not None:
-        item["biz_opaque_callback_data"] = biz_opaque_callback_data
-    if errors:
-        item["errors"] = errors
-    elif status in ("sent", "delivered") and pricing_category is not None:
-        # Per-message pricing (PMP): service replies inside the window are free.
-        billable = pricing_category != "service"
-        item["conversation"] = {
-            "id": _conversation_id(recipient_id, pricing_category),
-            "origin": {"type": pricing_category},
-        }
-        if status == "sent":
-            item["conversation"]["expiration_timestamp"] = str(ts + 24 * 3600)
-        item["pricing"] = {
-            "billable": billable,
-            "pricing_model": "PMP",
-            "type": "regular" if billable else "free_customer_service",
-            "category": pricing_category,
-        }
-    return envelope(channel, {"statuses": [item]})
-
-
-def error_item(code: int, title: str, details: str) -> dict[str, Any]:
-    return {
-        "code": code,
-        "title": title,
-        "message": title,
-        "error_data": {"details": details},
-        "href": ERROR_HREF,
-    }
-
-
-def inbound_payload(
-    channel: ChannelInfo, *, wamid: str, wa_id: str, text: str, name: str | None, timestamp: int
-) -> dict[str, Any]:
-    contact: dict[str, Any] = {"wa_id": wa_id}
-    if name:
-        contact = {"profile": {"name": name}, "wa_id": wa_id}
-    message = {
-        "from": wa_id,
-        "id": wamid,
-        "timestamp": str(timestamp),
-        "text": {"body": text},
-        "type": "text",
-    }
-    return envelope(channel, {"contacts": [contact], "messages": [message]})
-
-
-def _conversation_id(recipient_id: str, category: str) -> str:
-    return hashlib.sha256(f"{recipient_id}/{category}".encode()).hexdigest()[:32]
-
-
 class WebhookSender:
     """Owns the aiohttp session and every pending webhook task of one simulator app."""
 
@@ -135,6 +48,7 @@ class WebhookSender:
         self.state = state
         self._session: aiohttp.ClientSession | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self.batcher = StatusBatcher(self)
 
     @property
     def pending(self) -> int:
@@ -151,6 +65,7 @@ class WebhookSender:
         task.add_done_callback(self._tasks.discard)
 
     async def cancel_all(self) -> None:
+        self.batcher.clear()
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
@@ -233,7 +148,7 @@ class WebhookSender:
         steps: list[StatusStep],
         *,
         wamid: str,
-        recipient_id: str,
+        recipient: Recipient,
         biz_opaque_callback_data: str | None,
         pricing_category: str | None,
     ) -> None:
@@ -252,17 +167,18 @@ class WebhookSender:
                 wait = started + step.delay - time.monotonic()
                 if wait > 0:
                     await asyncio.sleep(wait)
-                errors = [error_item(*step.error)] if step.error else None
-                payload = status_payload(
+                # Built when due, so a username set in between shows on the later statuses.
+                update = status_update(
                     channel,
+                    recipient,
                     wamid=wamid,
                     status=step.status,
-                    recipient_id=recipient_id,
                     biz_opaque_callback_data=biz_opaque_callback_data,
                     pricing_category=pricing_category,
-                    errors=errors,
+                    errors=[error_item(*step.error)] if step.error else None,
                 )
                 for _ in range(copies):
-                    await self.deliver(payload)
+                    # The next status waits until this one was delivered (or given up on).
+                    await self.batcher.submit(update)
 
         self.spawn(run())

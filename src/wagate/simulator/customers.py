@@ -1,0 +1,122 @@
+"""The customers of each WABA: phone number, business-scoped user id (BSUID) and username.
+
+Since April 2026 Meta identifies each WhatsApp user to a business by a BSUID in ``user_id``: the
+ISO country code of the user's number, a dot and alphanumerics (``AZ.13491208655302741918``;
+parent ids of linked portfolios have ``ENT`` between, ``AZ.ENT.11815799212886844830``). A user may
+also adopt a username, which hides the phone number from businesses.
+
+Here every phone number gets a user id that is stable per WABA: derived from a hash of the WABA id
+and the number, so a restarted or reset simulator gives the same number the same id again. A user id
+that was never derived from a number here (``POST /_sim/inbound`` with ``user_id``, a send by
+``recipient`` to an unseen id) is a customer known only by that id: a username-only user.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+import phonenumbers
+
+# Country code, optionally ENT (a parent id), then alphanumerics: the shape Meta documents.
+USER_ID_PATTERN = re.compile(r"[A-Z]{2}(?:\.ENT)?\.[A-Za-z0-9]{1,64}")
+_USER_ID_DIGITS = 20  # Meta's examples carry 20 digits after the country code
+
+
+def is_user_id(value: str) -> bool:
+    return USER_ID_PATTERN.fullmatch(value) is not None
+
+
+def digits_of(value: str) -> str:
+    return "".join(ch for ch in value if ch.isdigit())
+
+
+def country_of(wa_id: str) -> str:
+    """ISO 3166 alpha-2 code of the number's calling code (+994 -> AZ, +1 -> US); ZZ when unknown."""
+    try:
+        calling_code = phonenumbers.parse("+" + wa_id).country_code
+    except phonenumbers.NumberParseException:
+        return "ZZ"
+    region = phonenumbers.region_code_for_country_code(calling_code or 0)
+    return region if isinstance(region, str) and len(region) == 2 and region.isalpha() else "ZZ"
+
+
+def user_id_for(waba_id: str, wa_id: str) -> str:
+    """The number's BSUID for this WABA: always the same for the same pair, different across WABAs."""
+    digest = hashlib.sha256(f"bsuid/{waba_id}/{wa_id}".encode()).digest()
+    number = int.from_bytes(digest[:16], "big") % (9 * 10 ** (_USER_ID_DIGITS - 1))
+    return f"{country_of(wa_id)}.{10 ** (_USER_ID_DIGITS - 1) + number}"
+
+
+@dataclass
+class Customer:
+    """One WhatsApp user as one WABA sees them."""
+
+    waba_id: str
+    user_id: str
+    wa_id: str | None  # the phone number's digits; None for a customer known only by user id
+    username: str | None = None
+
+    @property
+    def phone_visible(self) -> bool:
+        """Whether Meta shows this customer's number: it knows one and no username hides it."""
+        return self.wa_id is not None and self.username is None
+
+    def to_json(self) -> dict[str, str | None]:
+        return {
+            "phone_number": "+" + self.wa_id if self.wa_id else None,
+            "wa_id": self.wa_id,
+            "user_id": self.user_id,
+            "username": self.username,
+        }
+
+
+class CustomerConflict(ValueError):
+    """A phone number and a user id that belong to different customers."""
+
+
+class CustomerBook:
+    """Customers by (WABA, number) and (WABA, user id); touched only from the simulator's loop."""
+
+    def __init__(self) -> None:
+        self._by_number: dict[tuple[str, str], Customer] = {}
+        self._by_user_id: dict[tuple[str, str], Customer] = {}
+
+    def clear(self) -> None:
+        """Forget usernames and the customers known only by a user id. The numbers seen keep their
+        (derived) user ids, so a user id learned before a reset still leads to its number."""
+        for customer in self._by_number.values():
+            customer.username = None
+        self._by_user_id = {(c.waba_id, c.user_id): c for c in self._by_number.values()}
+
+    def for_number(self, waba_id: str, wa_id: str) -> Customer:
+        customer = self._by_number.get((waba_id, wa_id))
+        if customer is None:
+            customer = Customer(waba_id=waba_id, user_id=user_id_for(waba_id, wa_id), wa_id=wa_id)
+            self._by_number[(waba_id, wa_id)] = customer
+            self._by_user_id[(waba_id, customer.user_id)] = customer
+        return customer
+
+    def find_user_id(self, waba_id: str, user_id: str) -> Customer | None:
+        return self._by_user_id.get((waba_id, user_id))
+
+    def for_user_id(self, waba_id: str, user_id: str) -> Customer:
+        """The customer with this user id; one never seen is a customer known only by it."""
+        customer = self._by_user_id.get((waba_id, user_id))
+        if customer is None:
+            customer = Customer(waba_id=waba_id, user_id=user_id, wa_id=None)
+            self._by_user_id[(waba_id, user_id)] = customer
+        return customer
+
+    def resolve(self, waba_id: str, wa_id: str | None, user_id: str | None) -> Customer:
+        """The customer named by a number, a user id or both (then they must be the same customer)."""
+        if wa_id is None and user_id is None:
+            raise ValueError("a phone number or a user id is required")
+        if wa_id is None:
+            assert user_id is not None  # for mypy: checked above
+            return self.for_user_id(waba_id, user_id)
+        customer = self.for_number(waba_id, wa_id)
+        if user_id is not None and user_id != customer.user_id:
+            raise CustomerConflict(f"+{wa_id} has the user id {customer.user_id}, not {user_id}")
+        return customer
