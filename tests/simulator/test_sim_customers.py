@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 from sim_harness import PHONE_NUMBER_ID, Harness
@@ -114,6 +115,7 @@ def test_a_customer_with_a_username_writes_without_a_number(harness: Harness) ->
     user_id = user_id_of(harness)
     reply = inbound(harness, **{"from": "+" + TO}, username="aysel.k", name="Aysel", timestamp=1780000000)
     assert reply["user_id"] == user_id
+    assert base64.b64encode(TO.encode()).decode() not in reply["wamid"]
     [value] = values(harness)
     assert value["contacts"] == [{"profile": {"name": "Aysel", "username": "aysel.k"}, "user_id": user_id}]
     assert value["messages"] == [

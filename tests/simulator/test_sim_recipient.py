@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 from sim_harness import PHONE_NUMBER_ID, Harness
@@ -44,6 +45,7 @@ def test_send_to_a_user_id_whose_number_is_unknown_or_hidden(harness: Harness) -
     user_id = user_id_of(harness)
     set_customer(harness, phone_number=TO, username="aysel.k")
     hidden = wamid_of(send(harness, recipient=user_id))
+    assert base64.b64encode(TO.encode()).decode() not in hidden  # the wamid does not give it away
     harness.receiver.wait_for(lambda r: len(r.statuses(unknown)) == 2 and len(r.statuses(hidden)) == 2)
     for status, contact in status_values(harness, unknown):
         assert contact == {"user_id": STRANGER}

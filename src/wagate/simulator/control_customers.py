@@ -133,7 +133,7 @@ def build_customer_router(state: SimulatorState, sender: WebhookSender) -> APIRo
         customer = _customer(state, channel.waba_id, body.from_, body.user_id)
         if body.username is not None:
             customer.username = body.username
-        wamid = new_wamid(customer.wa_id or customer.user_id)
+        wamid = new_wamid(customer.wa_id if customer.phone_visible and customer.wa_id else customer.user_id)
         payload = inbound_payload(
             channel,
             customer,

@@ -102,7 +102,8 @@ def build_graph_router(state: SimulatorState, sender: WebhookSender) -> APIRoute
             return error_response(error)
 
         template = valid.template
-        wamid = _answer_wamid(state, keys) or new_wamid(customer.wa_id or customer.user_id)
+        # Real wamids embed the recipient; never a number that Meta would hide.
+        wamid = _answer_wamid(state, keys) or new_wamid(recipient.wa_id or customer.user_id)
         state.record(
             SentRecord(
                 received_at=wall,
