@@ -8,8 +8,8 @@ writes the same database beside it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import httpx
@@ -17,13 +17,14 @@ from cryptography.fernet import Fernet
 from fastapi import FastAPI
 from sqlalchemy import NullPool, create_engine, text
 
+import wagate.deps
 from support import APP_SECRET, VERIFY_TOKEN, Gateway, Simulator, provision_file
 from wagate.app import create_app
 from wagate.config import Settings
 from wagate.migrate import migrate, sync_url
 from wagate.operations import run_provision
 from wagate.provisioning import ProvisionFile
-from wagate.simulator.server import start_in_thread
+from wagate.simulator.server import serve_in_background, start_in_thread
 
 
 def gateway_settings(
@@ -39,6 +40,15 @@ def gateway_settings(
         upstream_timeout_seconds=2.0,
         **overrides,  # type: ignore[arg-type]
     )
+
+
+def _ids(provisioned: dict[str, Any]) -> dict[str, int]:
+    """Channel ids by lower-case name, and the two accounts' ids, of `provision_file()`."""
+    accounts = {a["name"]: a for a in provisioned["accounts"]}
+    ids = {c["name"].lower(): c["channel_id"] for a in accounts.values() for c in a["channels"]}
+    ids["globex_channel"] = accounts["Globex"]["channels"][0]["channel_id"]
+    ids.update(acme=accounts["Acme"]["account_id"], globex=accounts["Globex"]["account_id"])
+    return ids
 
 
 @contextmanager
@@ -59,10 +69,7 @@ def gateway_with_app(
     )
     migrate(database_url)
     provisioned = asyncio.run(run_provision(config, ProvisionFile.model_validate(spec or provision_file())))
-    accounts = {a["name"]: a for a in provisioned["accounts"]}
-    ids = {c["name"].lower(): c["channel_id"] for a in accounts.values() for c in a["channels"]}
-    ids["globex_channel"] = accounts["Globex"]["channels"][0]["channel_id"]
-    ids.update(acme=accounts["Acme"]["account_id"], globex=accounts["Globex"]["account_id"])
+    ids = _ids(provisioned)
     app = create_app(config, run_dispatcher=run_dispatcher)
     url, stop = start_in_thread(app)
     if wire_simulator:
@@ -103,3 +110,22 @@ def sql(database_url: str, statement: str, **params: Any) -> list[tuple[Any, ...
             return [tuple(row) for row in result] if result.returns_rows else []
     finally:
         engine.dispose()
+
+
+@asynccontextmanager
+async def gateway_in_this_loop(
+    database_url: str, simulator: Simulator, **settings: Any
+) -> AsyncIterator[tuple[str, wagate.deps.Gateway, dict[str, int]]]:
+    """The gateway served as a task of the running loop: its URL, the `Gateway` its handlers get, and
+    the ids. For tests that take an action through a service function (as the dashboard will) and
+    check over HTTP what the API makes of it."""
+    config = gateway_settings(database_url, simulator, Fernet.generate_key().decode(), **settings)
+    migrate(database_url)
+    ids = _ids(await run_provision(config, ProvisionFile.model_validate(provision_file())))
+    app = create_app(config)
+    server, task = await serve_in_background(app)
+    try:
+        yield f"http://127.0.0.1:{server.config.port}", app.state.gateway, ids
+    finally:
+        server.should_exit = True
+        await task

@@ -35,5 +35,8 @@ class TTLCache(Generic[K, V]):
         self._entries[key] = (now + self.ttl, value)
         return value
 
+    def discard(self, key: K) -> None:
+        self._entries.pop(key, None)
+
     def clear(self) -> None:
         self._entries.clear()

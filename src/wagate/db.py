@@ -164,6 +164,15 @@ class _PendingUnit:
     future: asyncio.Future[Any]
 
 
+def detached(session: Session, instance: T) -> T:
+    """`instance` written and taken out of the session, so a unit can return it: the batch expires
+    every object still in the session after each unit, and an expired object cannot be read once
+    its session is closed."""
+    session.flush()
+    session.expunge(instance)
+    return instance
+
+
 def _run_alone(session: Session, unit: UnitOfWork[T]) -> T:
     """One unit, as if it had the session to itself: what it changed through the ORM is written
     before the next unit runs (Core statements do not autoflush), and what it loaded is not handed

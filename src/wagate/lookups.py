@@ -77,6 +77,10 @@ class Lookups:
 
         return await self._subscriptions.get_or_load(None, load)
 
+    def forget_principal(self, token_hash: str) -> None:
+        """After a key was issued or revoked in this process: it works, or stops, at once."""
+        self.principals.discard(token_hash)
+
     def forget_subscriptions(self) -> None:
         """After a webhook changed in this process: its sends and dispatcher see it at once."""
         self._subscriptions.clear()

@@ -14,11 +14,11 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from wagate.accounts.models import Account, ApiKey, Role, User
+from wagate.accounts.service import issue_api_key, revoke_api_key, set_token
 from wagate.channels.models import Channel, ChannelMember
-from wagate.db import utcnow
 from wagate.events.models import EventKind, Webhook
 from wagate.events.service import create_webhook, new_secret
-from wagate.security import SecretBox, hash_api_token, hash_password, new_api_token, verify_password
+from wagate.security import SecretBox, hash_password, verify_password
 
 
 class _Strict(BaseModel):
@@ -96,15 +96,13 @@ def _api_key(session: Session, account: Account, user: User, spec: ApiKeySpec) -
     key = session.scalar(select(ApiKey).where(ApiKey.user_id == user.id, ApiKey.name == spec.name))
     token = spec.token
     if key is None:
-        token = token or new_api_token()
-        key = ApiKey(account_id=account.id, user_id=user.id, name=spec.name)
-        session.add(key)
-    if token is not None:
-        key.token_hash = hash_api_token(token)
-        key.token_prefix = token[:12]
-    if spec.revoked and key.revoked_at is None:
-        key.revoked_at = utcnow()
-    elif not spec.revoked:
+        issued = issue_api_key(session, account_id=account.id, user_id=user.id, name=spec.name, token=token)
+        key, token = issued.key, issued.token
+    elif token is not None:
+        set_token(key, token)
+    if spec.revoked:
+        revoke_api_key(session, account_id=account.id, key_id=key.id)
+    else:
         key.revoked_at = None
     session.flush()
     return {"user": user.email, "name": key.name, "api_key_id": key.id, "token": token}

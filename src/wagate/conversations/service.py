@@ -1,21 +1,25 @@
-"""Contacts, conversations and the customer's 24-hour window."""
+"""Conversations and the customer's 24-hour window: the rules, and the status change agents make."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from functools import cache
-from typing import Any
 
-from sqlalchemy import Select, func, select
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import Session
 
-from wagate.conversations.models import CONTACT_NAME_LENGTH, Contact, Conversation, ConversationStatus
-from wagate.db import dialect_name, table_of, utcnow
+from wagate.accounts.auth import Principal
+from wagate.conversations.models import Conversation, ConversationStatus
+from wagate.conversations.repository import conversation_by_id, find_conversation, set_status
+from wagate.db import utcnow
+from wagate.deps import Gateway
+from wagate.errors import NotFound
 
 WINDOW = timedelta(hours=24)
+
+
+class ConversationNotFound(NotFound):
+    code = "conversation_not_found"
+    message = "No conversation with this id exists in the account."
 
 
 @dataclass(frozen=True)
@@ -40,163 +44,33 @@ def window_of(last_customer_message_at: datetime | None) -> Window:
     return Window(last_customer_message_at, expires, utcnow())
 
 
-def conversation_query(*, account_id: int, channel_id: int, phone_number: str) -> Select[Conversation]:
-    return (
-        select(Conversation)
-        .join(Contact, Contact.id == Conversation.contact_id)
-        .where(
-            Contact.account_id == account_id,
-            Contact.phone_number == phone_number,
-            Conversation.channel_id == channel_id,
-        )
+async def window_for(session: AsyncSession, *, account_id: int, channel_id: int, phone_number: str) -> Window:
+    """The number's window on the channel (closed when the customer never wrote)."""
+    conversation = await find_conversation(
+        session, account_id=account_id, channel_id=channel_id, phone_number=phone_number
     )
-
-
-async def find_conversation(
-    session: AsyncSession, *, account_id: int, channel_id: int, phone_number: str
-) -> Conversation | None:
-    query = conversation_query(account_id=account_id, channel_id=channel_id, phone_number=phone_number)
-    result: Conversation | None = await session.scalar(query)
-    return result
-
-
-def _insert(session: Session, model: type[Contact] | type[Conversation]):  # type: ignore[no-untyped-def]
-    """The dialect's INSERT, which has ON CONFLICT (SQLite and PostgreSQL spell it alike)."""
-    insert = postgresql.insert if dialect_name(session) == "postgresql" else sqlite.insert
-    return insert(table_of(model))
-
-
-@cache
-def _upserts(dialect: str) -> tuple[Any, Any]:
-    """The two statements every send runs, built once per dialect; values come at execution, so
-    SQLAlchemy's compiled-statement cache serves them."""
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
-    contacts, conversations = table_of(Contact), table_of(Conversation)
-    contact = insert(contacts)
-    conversation = insert(conversations)
-    contact_upsert = contact.on_conflict_do_update(
-        index_elements=[contacts.c.account_id, contacts.c.phone_number],
-        set_={"name": func.coalesce(contact.excluded.name, contacts.c.name)},
-    ).returning(contacts.c.id, contacts.c.phone_number)
-    conversation_upsert = conversation.on_conflict_do_update(
-        index_elements=[conversations.c.channel_id, conversations.c.contact_id],
-        set_={
-            "status": conversation.excluded.status,
-            "last_activity_at": conversation.excluded.last_activity_at,
-        },
-    ).returning(conversations.c.id, conversations.c.contact_id)
-    return contact_upsert, conversation_upsert
-
-
-def upsert_contact(session: Session, *, account_id: int, phone_number: str, name: str | None = None) -> int:
-    """The contact's id, the contact made when new; one statement either way."""
-    statement = _upserts(dialect_name(session))[0]
-    # The profile name is the customer's own choice, shown as Meta sends it, cut to what the column holds.
-    name = name[:CONTACT_NAME_LENGTH] if name else name
-    params = {"account_id": account_id, "phone_number": phone_number, "name": name, "created_at": utcnow()}
-    contact_id: int = session.connection().execute(statement, params).one()[0]
-    return contact_id
-
-
-def get_or_create_conversation(
-    session: Session,
-    *,
-    account_id: int,
-    channel_id: int,
-    phone_number: str,
-    initial_status: ConversationStatus,
-    contact_name: str | None = None,
-) -> tuple[Conversation, bool]:
-    """The conversation of this channel with this number, and whether it was created just now (with
-    its contact, when new).
-
-    Inserts ignore a conflict, so two writers creating the same contact at once both succeed.
-    """
-    contact_id = upsert_contact(session, account_id=account_id, phone_number=phone_number, name=contact_name)
-    now = utcnow()
-    inserted = (
-        session.connection()
-        .execute(
-            _insert(session, Conversation)
-            .values(
-                account_id=account_id,
-                channel_id=channel_id,
-                contact_id=contact_id,
-                status=initial_status.value,
-                last_activity_at=now,
-                created_at=now,
-            )
-            .on_conflict_do_nothing()
-            .returning(table_of(Conversation).c.id)  # a row only when inserted (rowcount is not portable)
-        )
-        .scalar_one_or_none()
-    )
-    conversation = session.scalar(
-        select(Conversation).where(
-            Conversation.channel_id == channel_id, Conversation.contact_id == contact_id
-        )
-    )
-    assert conversation is not None  # inserted or already there
-    return conversation, inserted is not None
-
-
-def touch_after_sends(
-    session: Session,
-    *,
-    account_id: int,
-    channel_id: int,
-    phone_numbers: list[str],
-    status: ConversationStatus,
-) -> dict[str, int]:
-    """Give each number's conversation its status after an API send; returns number -> conversation id.
-
-    Two statements for any number of them (SQLAlchemy sends many rows as one multi-row statement).
-    """
-    now = utcnow()
-    contact_upsert, conversation_upsert = _upserts(dialect_name(session))
-    connection = session.connection()
-    contact_rows = [
-        {"account_id": account_id, "phone_number": number, "name": None, "created_at": now}
-        for number in phone_numbers
-    ]
-    contact_of = {
-        number: contact_id for contact_id, number in connection.execute(contact_upsert, contact_rows)
-    }
-    conversation_rows = [
-        {
-            "account_id": account_id,
-            "channel_id": channel_id,
-            "contact_id": contact_of[number],
-            "status": status.value,
-            "last_activity_at": now,
-            "created_at": now,
-        }
-        for number in phone_numbers
-    ]
-    # Rows come back in no promised order: matched by contact.
-    conversation_of = dict(
-        (contact_id, conversation_id)
-        for conversation_id, contact_id in connection.execute(conversation_upsert, conversation_rows)
-    )
-    return {number: conversation_of[contact_of[number]] for number in phone_numbers}
-
-
-def statuses_before(
-    session: Session, *, account_id: int, channel_id: int, phone_numbers: list[str]
-) -> dict[str, str]:
-    """The current status of each number's conversation on the channel (numbers without one are left out)."""
-    rows = session.execute(
-        select(Contact.phone_number, Conversation.status)
-        .join(Conversation, Conversation.contact_id == Contact.id)
-        .where(
-            Contact.account_id == account_id,
-            Contact.phone_number.in_(phone_numbers),
-            Conversation.channel_id == channel_id,
-        )
-    )
-    return {number: ConversationStatus(status).value for number, status in rows}
+    return window_of(conversation.last_customer_message_at if conversation else None)
 
 
 def status_after_send(requested: ConversationStatus | None) -> ConversationStatus:
     """Spec section 3: an API send resolves the conversation unless `conversation_status` says otherwise."""
     return requested or ConversationStatus.resolved
+
+
+async def change_conversation_status(
+    gateway: Gateway, *, principal: Principal, conversation_id: int, status: ConversationStatus
+) -> Conversation:
+    """Resolve, reopen or set pending a conversation of an inbox the caller is a member of (404 for
+    another account's or an unknown one, 403 for an inbox the caller is not a member of)."""
+
+    async with gateway.db.read() as session:
+        conversation = await conversation_by_id(
+            session, account_id=principal.account_id, conversation_id=conversation_id
+        )
+    if conversation is None:
+        raise ConversationNotFound()
+    await gateway.lookups.channel(principal, conversation.channel_id)
+    changed: Conversation = await gateway.db.write(
+        lambda session: set_status(session, conversation_id=conversation_id, status=status)
+    )
+    return changed

@@ -5,7 +5,7 @@ from typing import Any
 from fastapi import APIRouter, Header, Query, Request
 
 from wagate.channels.service import channel_for_member
-from wagate.conversations.service import find_conversation, window_of
+from wagate.conversations.service import window_for
 from wagate.db import isoformat
 from wagate.deps import GatewayDep, Member
 from wagate.events import service as events
@@ -37,10 +37,9 @@ async def check_window(
     number = normalize_phone_number(phone_number)
     async with gateway.db.read() as session:
         channel = await channel_for_member(session, principal=principal, channel_id=channel_id)
-        conversation = await find_conversation(
+        window = await window_for(
             session, account_id=principal.account_id, channel_id=channel.id, phone_number=number
         )
-    window = window_of(conversation.last_customer_message_at if conversation else None)
     return {
         "channel_id": channel.id,
         "phone_number": number,

@@ -10,7 +10,8 @@ from typing import Any
 from sqlalchemy import insert
 from sqlalchemy.orm import Session
 
-from wagate.conversations.service import status_after_send, statuses_before, touch_after_sends
+from wagate.conversations.repository import statuses_before, touch_after_sends
+from wagate.conversations.service import status_after_send
 from wagate.db import isoformat, table_of, utcnow
 from wagate.events.models import EventKind
 from wagate.events.publish import ConversationChange, publish_conversation_changes

@@ -13,10 +13,7 @@ from wagate.accounts.auth import Principal
 from wagate.channels.service import channel_for_member
 from wagate.config import Settings
 from wagate.conversations.models import Conversation, ConversationStatus
-from wagate.conversations.service import (
-    find_conversation,
-    window_of,
-)
+from wagate.conversations.service import window_for
 from wagate.deps import Gateway
 from wagate.errors import MessageNotFound, TemplateParametersMismatch, WindowClosed
 from wagate.events.subscriptions import Subscriptions
@@ -86,10 +83,10 @@ async def prepare_send(
         bound = await bind_template(lookups, channel_id=channel.id, ref=request.template, field="template")
     else:
         async with lookups.db.read() as session:
-            conversation = await find_conversation(
+            window = await window_for(
                 session, account_id=principal.account_id, channel_id=channel.id, phone_number=phone_number
             )
-        if not window_of(conversation.last_customer_message_at if conversation else None).open:
+        if not window.open:
             if fallback is None:
                 raise WindowClosed(details=[{"field": "text", "issue": "the 24-hour window is closed"}])
             bound = fallback

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from wagate.channels.models import Channel
 from wagate.conversations.models import ConversationStatus
-from wagate.conversations.service import get_or_create_conversation
+from wagate.conversations.repository import get_or_create_conversation
 from wagate.db import isoformat, utcnow
 from wagate.errors import InvalidPhoneNumber
 from wagate.events.publish import ConversationChange, publish_conversation_changes
