@@ -17,7 +17,8 @@ from wagate.accounts.models import Account, ApiKey, Role, User
 from wagate.accounts.service import issue_api_key, revoke_api_key, set_token
 from wagate.channels.models import Channel, ChannelMember
 from wagate.events.models import EventKind, Webhook
-from wagate.events.service import create_webhook, new_secret
+from wagate.events.repository import create_webhook
+from wagate.events.service import new_secret
 from wagate.security import SecretBox, hash_password, verify_password
 
 

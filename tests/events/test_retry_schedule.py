@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from wagate.accounts.models import Account
 from wagate.db import Database, utcnow
-from wagate.events import deliveries, service
+from wagate.events import deliveries, repository, service
 from wagate.events.http import PostResult
 from wagate.events.models import Delivery, DeliveryKind, DeliveryState
 from wagate.events.publish import NewDelivery, write_deliveries
@@ -42,7 +42,7 @@ def test_a_delivery_is_retried_until_it_is_24_hours_old_then_given_up(database_u
         session.add(account)
         session.flush()
         box = SecretBox(Fernet.generate_key().decode())
-        webhook = service.create_webhook(
+        webhook = repository.create_webhook(
             session,
             account_id=account.id,
             url="https://93.184.215.14/h",

@@ -25,10 +25,10 @@ async def list_webhooks(gateway: GatewayDep, principal: Administrator) -> dict[s
 async def create_webhook(
     body: CreateWebhookRequest, gateway: GatewayDep, principal: Administrator
 ) -> FastJSONResponse:
-    view = await service.add_webhook(
+    created = await service.add_webhook(
         gateway, account_id=principal.account_id, url=body.url, events=body.events
     )
-    return FastJSONResponse(view, status_code=201)
+    return FastJSONResponse(webhook_view(created.webhook, secret=created.secret), status_code=201)
 
 
 @router.delete("/accounts/{account_id}/webhooks/{webhook_id}", status_code=204)
@@ -44,7 +44,7 @@ async def update_webhook(
     gateway: GatewayDep,
     principal: Administrator,
 ) -> FastJSONResponse:
-    view = await service.change_webhook(
+    webhook = await service.change_webhook(
         gateway,
         account_id=principal.account_id,
         webhook_id=webhook_id,
@@ -52,7 +52,7 @@ async def update_webhook(
         events=body.events,
         enabled=body.enabled,
     )
-    return FastJSONResponse(view)
+    return FastJSONResponse(webhook_view(webhook))
 
 
 @router.get("/accounts/{account_id}/webhooks/{webhook_id}/deliveries")
@@ -65,8 +65,7 @@ async def list_deliveries(
     limit: int = Query(50, ge=1, le=200),
 ) -> FastJSONResponse:
     async with gateway.db.read() as session:
-        await service.find_webhook(session, account_id=principal.account_id, webhook_id=webhook_id)
-        found = await service.list_deliveries(
+        found = await service.webhook_deliveries(
             session,
             account_id=principal.account_id,
             webhook_id=webhook_id,
@@ -83,7 +82,7 @@ async def list_deliveries(
 async def redeliver(
     webhook_id: Id, delivery_id: str, gateway: GatewayDep, principal: Administrator
 ) -> FastJSONResponse:
-    view = await service.redeliver_now(
+    delivery = await service.redeliver_now(
         gateway, account_id=principal.account_id, webhook_id=webhook_id, delivery_id=delivery_id
     )
-    return FastJSONResponse(view, status_code=202)
+    return FastJSONResponse(delivery_view(delivery), status_code=202)

@@ -90,7 +90,7 @@ async def get_callback_deliveries(
     """The message's status_callback deliveries with every attempt, newest first."""
     async with gateway.db.read() as session:
         await service.read_message(session, principal=principal, message_id=message_id)  # 404 / 403
-        found = await events.list_deliveries(
+        found = await events.callback_deliveries(
             session, account_id=principal.account_id, message_id=message_id, limit=limit
         )
     return JSONResponse({"data": [delivery_view(d, a) for d, a in found]})
