@@ -6,8 +6,6 @@ template; none of them changes from one request to the next, so the hot path rea
 
 from __future__ import annotations
 
-from sqlalchemy import select
-
 from wagate.accounts.auth import Principal, load_principal
 from wagate.cache import TTLCache
 from wagate.channels.models import Channel
@@ -17,6 +15,7 @@ from wagate.errors import Unauthorized
 from wagate.events.subscriptions import Subscriptions, load_subscriptions
 from wagate.security import hash_api_token
 from wagate.templates.models import Template
+from wagate.templates.repository import find_template
 
 
 class Lookups:
@@ -57,14 +56,7 @@ class Lookups:
     async def template(self, channel_id: int, name: str, language: str) -> Template | None:
         async def load() -> Template | None:
             async with self.db.read() as session:
-                found: Template | None = await session.scalar(
-                    select(Template).where(
-                        Template.channel_id == channel_id,
-                        Template.name == name,
-                        Template.language == language,
-                    )
-                )
-                return found
+                return await find_template(session, channel_id=channel_id, name=name, language=language)
 
         return await self.templates.get_or_load((channel_id, name, language), load)
 

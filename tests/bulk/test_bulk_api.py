@@ -25,7 +25,7 @@ from support import (
     wait_for,
 )
 from wagate.bulk.models import Batch, BatchRecipient
-from wagate.bulk.service import purge_expired_batches
+from wagate.bulk.repository import purge_expired_batches
 from wagate.db import Database, utcnow
 
 OTP = {"name": "otp_code", "language": "en", "parameters": ["123456"]}

@@ -5,7 +5,7 @@ from typing import Any
 from fastapi import APIRouter, Header, Request
 
 from wagate.bulk import service
-from wagate.bulk.schemas import SendBulkRequest, SendBulkResponse
+from wagate.bulk.schemas import SendBulkRequest, SendBulkResponse, batch_view
 from wagate.deps import Administrator, GatewayDep
 from wagate.idempotency.http import answer_once
 from wagate.idempotency.service import IdempotentRequest
@@ -49,6 +49,5 @@ async def send_bulk(
 @router.get("/accounts/{account_id}/whatsapp/bulk_messages/{batch_id}", responses=ERRORS)
 async def get_batch(batch_id: str, gateway: GatewayDep, principal: Administrator) -> JSONResponse:
     async with gateway.db.read() as session:
-        view = await service.read_batch(session, account_id=principal.account_id, batch_id=batch_id)
-    await gateway.lookups.channel(principal, view["channel_id"])  # inbox membership (403)
-    return JSONResponse(view)
+        report = await service.read_batch(session, principal=principal, batch_id=batch_id)
+    return JSONResponse(batch_view(report))

@@ -1,12 +1,16 @@
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import Enum, ForeignKey, Index, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from wagate.db import Base, BigIntId, UTCDateTime, utcnow
+from wagate.events.subscriptions import Subscriptions
+from wagate.messages.models import BoundTemplate, PreparedSend
 
 
 class BatchStatus(enum.StrEnum):
@@ -48,3 +52,26 @@ class BatchRecipient(Base):
     phone_number: Mapped[str] = mapped_column(String(64))  # E.164, or as given when invalid
     message_id: Mapped[str | None] = mapped_column(String(40), nullable=True)
     error: Mapped[str | None] = mapped_column(String(200), nullable=True)  # why rejected
+
+
+@dataclass(frozen=True)
+class PreparedBatch:
+    batch_id: str
+    account_id: int
+    channel_id: int
+    template: BoundTemplate
+    sends: list[PreparedSend]
+    # (phone number, message id, rejection) in request order, duplicates dropped
+    recipients: list[tuple[str, str | None, str | None]]
+    subscriptions: Subscriptions
+
+    @property
+    def response(self) -> dict[str, Any]:
+        accepted = len(self.sends)
+        return {
+            "batch_id": self.batch_id,
+            "status": (BatchStatus.processing if accepted else BatchStatus.completed).value,
+            "total": len(self.recipients),
+            "accepted": accepted,
+            "rejected": len(self.recipients) - accepted,
+        }

@@ -1,11 +1,16 @@
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
+from wagate.bulk.completion import template_view
+from wagate.db import isoformat
 from wagate.limits import BodyId, RequestBody
 from wagate.messages.schemas import StatusCallback, TemplateRef
+
+if TYPE_CHECKING:
+    from wagate.bulk.service import BatchReport
 
 MAX_RECIPIENTS = 1000
 
@@ -48,3 +53,30 @@ class SendBulkResponse(BaseModel):
     total: int
     accepted: int
     rejected: int
+
+
+def batch_view(report: BatchReport) -> dict[str, Any]:
+    """API.md section 7."""
+    batch = report.batch
+    return {
+        "batch_id": batch.id,
+        "channel_id": batch.channel_id,
+        "template": template_view(batch),
+        "status": batch.status.value,
+        "created_at": isoformat(batch.created_at),
+        "completed_at": isoformat(batch.completed_at),
+        "expires_at": isoformat(batch.expires_at),
+        "total": batch.total,
+        "accepted": batch.accepted,
+        "rejected": batch.rejected,
+        "counts": report.counts,
+        "recipients": [
+            {
+                "phone_number": r.phone_number,
+                "message_id": r.message_id,
+                "status": r.status,
+                "external_error": r.external_error,
+            }
+            for r in report.recipients
+        ],
+    }

@@ -13,19 +13,19 @@ import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, delete, exists, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from wagate.accounts.auth import Principal
-from wagate.bulk.completion import WAITING, publish_completed, template_view
-from wagate.bulk.models import Batch, BatchRecipient, BatchStatus
+from wagate.bulk import repository
+from wagate.bulk.models import Batch, BatchRecipient, PreparedBatch
 from wagate.bulk.schemas import MAX_RECIPIENTS, BulkRecipient, SendBulkRequest
+from wagate.channels.service import channel_for_member
 from wagate.config import Settings
-from wagate.db import isoformat, table_of, utcnow
+from wagate.db import utcnow
 from wagate.deps import Gateway
 from wagate.errors import (
     BatchNotFound,
@@ -34,49 +34,22 @@ from wagate.errors import (
     TemplateParametersMismatch,
     TooManyRecipients,
 )
-from wagate.events.subscriptions import Subscriptions
 from wagate.idempotency.service import IdempotentRequest, remember_accepted
 from wagate.ids import new_id
 from wagate.lookups import Lookups
-from wagate.messages.models import BoundTemplate, Message, MessageStatus, PreparedSend
-from wagate.messages.repository import store_sends
+from wagate.messages.models import BoundTemplate, MessageStatus, PreparedSend
 from wagate.messages.schemas import TemplateRef
 from wagate.messages.service import build_send, checked_callback
-from wagate.outbox.models import JobKind, OutboxJob, Priority
+from wagate.outbox.models import Priority
 from wagate.phones import normalize_phone_number
 from wagate.security import SecretBox
 from wagate.templates.models import Template
 from wagate.templates.service import require_approved
 from wagate.templates.variables import bind_parameters
 
-RETENTION = timedelta(days=7)
 REJECTED_INVALID_NUMBER = "invalid_phone_number"
-_INSERT_RECIPIENTS = insert(table_of(BatchRecipient))
 # A rejected number is kept as given, which may be anything up to the body limit: cut to the column.
 _NUMBER_COLUMN_LENGTH: int = getattr(BatchRecipient.__table__.c.phone_number.type, "length", None) or 64
-
-
-@dataclass(frozen=True)
-class PreparedBatch:
-    batch_id: str
-    account_id: int
-    channel_id: int
-    template: BoundTemplate
-    sends: list[PreparedSend]
-    # (phone number, message id, rejection) in request order, duplicates dropped
-    recipients: list[tuple[str, str | None, str | None]]
-    subscriptions: Subscriptions
-
-    @property
-    def response(self) -> dict[str, Any]:
-        accepted = len(self.sends)
-        return {
-            "batch_id": self.batch_id,
-            "status": (BatchStatus.processing if accepted else BatchStatus.completed).value,
-            "total": len(self.recipients),
-            "accepted": accepted,
-            "rejected": len(self.recipients) - accepted,
-        }
 
 
 async def admit(lookups: Lookups, *, channel_id: int, rate: int, adding: int, settings: Settings) -> None:
@@ -88,19 +61,10 @@ async def admit(lookups: Lookups, *, channel_id: int, rate: int, adding: int, se
             f"This channel sends {rate} messages per second: at most {allowed} of a batch can wait at once.",
             headers={"Retry-After": str(math.ceil(settings.bulk_backlog_max_seconds))},
         )
-    # Counted no further than the limit needs: a large backlog costs one bounded index scan.
-    waiting_rows = (
-        select(OutboxJob.id)
-        .where(
-            OutboxJob.channel_id == channel_id,
-            OutboxJob.state.in_(WAITING),
-            OutboxJob.priority == Priority.bulk,
-        )
-        .limit(allowed - adding + 1)
-        .subquery()
-    )
     async with lookups.db.read() as session:
-        waiting = await session.scalar(select(func.count()).select_from(waiting_rows)) or 0
+        waiting = await repository.bulk_sends_waiting(
+            session, channel_id=channel_id, up_to=allowed - adding + 1
+        )
     if waiting + adding > allowed:
         retry_after = math.ceil((waiting + adding - allowed) / max(1, rate))
         raise RateLimited(
@@ -214,47 +178,6 @@ def _as_given(phone_number: str | int) -> str:
     return given[: _NUMBER_COLUMN_LENGTH - 3] + "..."
 
 
-def store_batch(session: Session, batch: PreparedBatch, *, notify_others: bool = True) -> None:
-    """The unit of work behind the 202: the batch, its recipients, and every message with its outbox row."""
-    now = utcnow()
-    template = batch.template.template
-    accepted = len(batch.sends)
-    row = Batch(
-        id=batch.batch_id,
-        account_id=batch.account_id,
-        channel_id=batch.channel_id,
-        template_name=template.name,
-        template_language=template.language,
-        template_category=template.category,
-        status=BatchStatus.processing if accepted else BatchStatus.completed,
-        total=len(batch.recipients),
-        accepted=accepted,
-        rejected=len(batch.recipients) - accepted,
-        created_at=now,
-        completed_at=None if accepted else now,
-        expires_at=now + RETENTION,
-    )
-    session.add(row)
-    session.flush()
-    session.connection().execute(
-        _INSERT_RECIPIENTS,
-        [
-            {
-                "batch_id": batch.batch_id,
-                "position": position,
-                "phone_number": number,
-                "message_id": message_id,
-                "error": error,
-            }
-            for position, (number, message_id, error) in enumerate(batch.recipients)
-        ],
-    )
-    if accepted:
-        store_sends(session, batch.sends, notify_others=notify_others)
-    else:
-        publish_completed(session, [row], batch.subscriptions)
-
-
 async def accept_batch(
     gateway: Gateway, *, principal: Principal, request: SendBulkRequest, idem: IdempotentRequest | None
 ) -> dict[str, Any]:
@@ -271,7 +194,7 @@ async def accept_batch(
     dispatcher = gateway.dispatcher
 
     def unit(session: Session) -> None:
-        store_batch(session, batch, notify_others=not dispatcher.owns(batch.channel_id))
+        repository.store_batch(session, batch, notify_others=not dispatcher.owns(batch.channel_id))
         remember_accepted(
             session, idem, 202, batch.response, ttl_seconds=gateway.settings.idempotency_ttl_seconds
         )
@@ -283,38 +206,39 @@ async def accept_batch(
     return batch.response
 
 
+@dataclass(frozen=True)
+class RecipientState:
+    phone_number: str
+    message_id: str | None
+    status: str  # pending (not yet handed to Meta), a message status, or rejected
+    external_error: str | None
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    """A batch as it is now: its counts by state and its recipients in request order."""
+
+    batch: Batch
+    counts: dict[str, int]
+    recipients: list[RecipientState]
+
+
 async def read_batch(
-    session: AsyncSession, *, account_id: int, batch_id: str, now: datetime | None = None
-) -> dict[str, Any]:
-    """API.md section 7: the batch with counts and recipients as they are now; 404 once expired."""
-    batch = await session.scalar(
-        select(Batch).where(
-            Batch.id == batch_id, Batch.account_id == account_id, Batch.expires_at > (now or utcnow())
-        )
+    session: AsyncSession, *, principal: Principal, batch_id: str, now: datetime | None = None
+) -> BatchReport:
+    """API.md section 7: the batch with counts and recipients as they are now; 404 once expired or
+    of another account, 403 for a channel whose inbox the caller is not a member of."""
+    batch = await repository.live_batch(
+        session, account_id=principal.account_id, batch_id=batch_id, now=now or utcnow()
     )
     if batch is None:
         raise BatchNotFound()
-    waiting = exists().where(
-        OutboxJob.message_id == Message.id,
-        OutboxJob.kind == JobKind.send_message,
-        OutboxJob.state.in_(WAITING),
-    )
-    rows = await session.execute(
-        select(
-            BatchRecipient.phone_number,
-            BatchRecipient.message_id,
-            BatchRecipient.error,
-            Message.status,
-            Message.external_error,
-            waiting,
-        )
-        .outerjoin(Message, and_(Message.id == BatchRecipient.message_id))
-        .where(BatchRecipient.batch_id == batch.id)
-        .order_by(BatchRecipient.position)
-    )
+    await channel_for_member(session, principal=principal, channel_id=batch.channel_id)
     counts = {"pending": 0, **{status.value: 0 for status in MessageStatus}, "rejected": 0}
     recipients = []
-    for number, message_id, error, status, external_error, is_waiting in rows:
+    for number, message_id, error, status, external_error, is_waiting in await repository.recipient_rows(
+        session, batch_id=batch.id
+    ):
         if message_id is None:
             shown, external_error = "rejected", error
         elif is_waiting:
@@ -322,34 +246,6 @@ async def read_batch(
         else:
             shown = MessageStatus(status).value
         counts[shown] += 1
-        recipients.append(
-            {
-                "phone_number": number,
-                "message_id": message_id,
-                "status": shown,
-                "external_error": external_error if shown in ("failed", "rejected") else None,
-            }
-        )
-    return {
-        "batch_id": batch.id,
-        "channel_id": batch.channel_id,
-        "template": template_view(batch),
-        "status": batch.status.value,
-        "created_at": isoformat(batch.created_at),
-        "completed_at": isoformat(batch.completed_at),
-        "expires_at": isoformat(batch.expires_at),
-        "total": batch.total,
-        "accepted": batch.accepted,
-        "rejected": batch.rejected,
-        "counts": counts,
-        "recipients": recipients,
-    }
-
-
-def purge_expired_batches(session: Session, *, limit: int = 100) -> int:
-    """Batches past their 7 days: gone with their recipient rows (their messages stay)."""
-    expired = list(session.scalars(select(Batch.id).where(Batch.expires_at <= utcnow()).limit(limit)))
-    if expired:
-        session.execute(delete(BatchRecipient).where(BatchRecipient.batch_id.in_(expired)))
-        session.execute(delete(Batch).where(Batch.id.in_(expired)))
-    return len(expired)
+        failed = shown in ("failed", "rejected")
+        recipients.append(RecipientState(number, message_id, shown, external_error if failed else None))
+    return BatchReport(batch, counts, recipients)

@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session
 
-from wagate.bulk.service import purge_expired_batches
+from wagate.bulk.repository import purge_expired_batches
 from wagate.channels.models import Channel
 from wagate.db import Database, utcnow
 from wagate.dispatch.sends import settle_sends
@@ -26,7 +26,7 @@ from wagate.outbox.isolation import write_isolating
 from wagate.outbox.models import JobKind, JobState, OutboxJob, Priority, claim_rows
 from wagate.outbox.retry import BACKGROUND
 from wagate.security import SecretBox
-from wagate.templates.service import replace_templates
+from wagate.templates.repository import replace_templates
 from wagate.whatsapp.client import CloudApiClient
 
 log = logging.getLogger(__name__)

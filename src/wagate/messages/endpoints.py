@@ -14,7 +14,7 @@ from wagate.idempotency import service as idempotency
 from wagate.idempotency.http import answer_once
 from wagate.limits import Id
 from wagate.messages import service
-from wagate.messages.schemas import SendMessageRequest, SendMessageResponse
+from wagate.messages.schemas import SendMessageRequest, SendMessageResponse, message_view
 from wagate.phones import normalize_phone_number
 from wagate.responses import FastJSONResponse as JSONResponse
 
@@ -77,7 +77,8 @@ async def send_message(
 @router.get("/accounts/{account_id}/whatsapp/messages/{message_id}", responses=ERRORS)
 async def get_message(message_id: str, gateway: GatewayDep, principal: Member) -> dict[str, Any]:
     async with gateway.db.read() as session:
-        return await service.read_message(session, principal=principal, message_id=message_id)
+        found = await service.read_message(session, principal=principal, message_id=message_id)
+    return message_view(found.message, conversation_status=found.conversation_status.value)
 
 
 @router.get("/accounts/{account_id}/whatsapp/messages/{message_id}/deliveries", responses=ERRORS)

@@ -117,3 +117,11 @@ class PreparedSend:
         """Whether storing it writes events (message_created, conversation_status_changed)."""
         kinds = self.subscriptions.by_account.get(self.account_id, {})
         return EventKind.message_created in kinds or EventKind.conversation_status_changed in kinds
+
+
+@dataclass(frozen=True)
+class SentMessage:
+    """A message sent through the API or a batch, with its conversation's status now."""
+
+    message: Message
+    conversation_status: ConversationStatus

@@ -7,16 +7,18 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import insert
+from sqlalchemy import insert, select
+from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
+from wagate.conversations.models import Conversation, ConversationStatus
 from wagate.conversations.repository import statuses_before, touch_after_sends
 from wagate.conversations.service import status_after_send
 from wagate.db import isoformat, table_of, utcnow
 from wagate.events.models import EventKind
 from wagate.events.publish import ConversationChange, publish_conversation_changes
 from wagate.messages.events import publish_messages_created, schedule_status_reports
-from wagate.messages.models import Direction, Message, MessageStatus, PreparedSend
+from wagate.messages.models import Direction, Message, MessageStatus, PreparedSend, SentMessage
 from wagate.outbox.models import FastClaim, JobKind, OutboxJob, outbox_row
 from wagate.outbox.notify import notify_outbox
 
@@ -141,3 +143,20 @@ def _message_row(send: PreparedSend, conversation_id: int, now: datetime) -> dic
         "created_at": now,
         "updated_at": now,
     }
+
+
+async def sent_message(session: AsyncSession, *, account_id: int, message_id: str) -> SentMessage | None:
+    row = (
+        await session.execute(
+            select(Message, Conversation.status)
+            .join(Conversation, Conversation.id == Message.conversation_id)
+            .where(
+                Message.id == message_id,
+                Message.account_id == account_id,
+                Message.direction == Direction.outbound,
+            )
+        )
+    ).one_or_none()
+    if row is None:
+        return None
+    return SentMessage(row[0], ConversationStatus(row[1]))

@@ -5,14 +5,13 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from wagate.accounts.auth import Principal
 from wagate.channels.service import channel_for_member
 from wagate.config import Settings
-from wagate.conversations.models import Conversation, ConversationStatus
+from wagate.conversations.models import ConversationStatus
 from wagate.conversations.service import window_for
 from wagate.deps import Gateway
 from wagate.errors import MessageNotFound, TemplateParametersMismatch, WindowClosed
@@ -21,9 +20,10 @@ from wagate.events.urls import check_url
 from wagate.idempotency.service import IdempotentRequest, remember_accepted
 from wagate.ids import new_id
 from wagate.lookups import Lookups
-from wagate.messages.models import BoundTemplate, Direction, Message, PreparedSend, SentAs
+from wagate.messages import repository
+from wagate.messages.models import BoundTemplate, PreparedSend, SentAs, SentMessage
 from wagate.messages.repository import store_send
-from wagate.messages.schemas import SendMessageRequest, StatusCallback, TemplateRef, message_view
+from wagate.messages.schemas import SendMessageRequest, StatusCallback, TemplateRef
 from wagate.outbox.models import ClaimedSend, Priority
 from wagate.phones import normalize_phone_number, whatsapp_digits
 from wagate.security import SecretBox
@@ -170,23 +170,14 @@ def build_send(
     )
 
 
-async def read_message(session: AsyncSession, *, principal: Principal, message_id: str) -> dict[str, Any]:
-    row = (
-        await session.execute(
-            select(Message, Conversation.status)
-            .join(Conversation, Conversation.id == Message.conversation_id)
-            .where(
-                Message.id == message_id,
-                Message.account_id == principal.account_id,
-                Message.direction == Direction.outbound,
-            )
-        )
-    ).one_or_none()
-    if row is None:
+async def read_message(session: AsyncSession, *, principal: Principal, message_id: str) -> SentMessage:
+    """A message sent through the API or a batch (404 for another account's or unknown, 403 when
+    the caller is not a member of its inbox)."""
+    found = await repository.sent_message(session, account_id=principal.account_id, message_id=message_id)
+    if found is None:
         raise MessageNotFound()
-    message, conversation_status = row
-    await channel_for_member(session, principal=principal, channel_id=message.channel_id)
-    return message_view(message, conversation_status=ConversationStatus(conversation_status).value)
+    await channel_for_member(session, principal=principal, channel_id=found.message.channel_id)
+    return found
 
 
 async def accept_send(

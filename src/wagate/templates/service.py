@@ -4,16 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import Session
 
-from wagate.channels.models import Channel
-from wagate.db import utcnow
 from wagate.errors import TemplateNotApproved, TemplateNotFound
+from wagate.templates import repository
 from wagate.templates.models import Template
-from wagate.templates.variables import template_variables
-from wagate.whatsapp.payloads import TemplateRecord
 
 APPROVED = "APPROVED"
 
@@ -42,44 +37,12 @@ async def list_templates(
     category: str | None = None,
     status: str | None = None,
 ) -> list[Template]:
-    query = select(Template).where(Template.channel_id.in_(channel_ids))
-    if name is not None:
-        query = query.where(Template.name == name)
-    if language is not None:
-        query = query.where(Template.language == language)
-    if category is not None:
-        query = query.where(Template.category == category.upper())
-    if status is not None:
-        query = query.where(Template.status == status.upper())
-    return list(await session.scalars(query.order_by(Template.channel_id, Template.name, Template.language)))
-
-
-def replace_templates(session: Session, *, channel: Channel, records: Sequence[TemplateRecord]) -> int:
-    """Make the channel's stored templates exactly the synced list; returns how many there are."""
-    existing = {
-        (t.name, t.language): t
-        for t in session.scalars(select(Template).where(Template.channel_id == channel.id))
-    }
-    now = utcnow()
-    seen: set[tuple[str, str]] = set()
-    for record in records:
-        key = (record.name, record.language)
-        seen.add(key)
-        category = record.category.upper()
-        template = existing.get(key)
-        if template is None:
-            template = Template(channel_id=channel.id, name=record.name, language=record.language)
-            session.add(template)
-        template.meta_id = record.id
-        template.category = category
-        template.status = record.status.upper()
-        template.parameter_format = (record.parameter_format or "POSITIONAL").upper()
-        template.components = list(record.components)
-        template.variables = template_variables(template.components, category)
-        template.synced_at = now
-    gone = [t.id for key, t in existing.items() if key not in seen]
-    if gone:
-        session.execute(delete(Template).where(Template.id.in_(gone)))
-    channel.templates_synced_at = now
-    session.flush()
-    return len(seen)
+    """The templates of these channels, filtered; category and status as Meta spells them, any case."""
+    return await repository.find_templates(
+        session,
+        channel_ids=channel_ids,
+        name=name,
+        language=language,
+        category=category.upper() if category else None,
+        status=status.upper() if status else None,
+    )

@@ -1,0 +1,118 @@
+"""The SQL of bulk batches: storing one whole, reading its recipients' states, counting its waiting
+sends, purging it."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import and_, delete, exists, func, insert, select
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
+
+from wagate.bulk.completion import WAITING, publish_completed
+from wagate.bulk.models import Batch, BatchRecipient, BatchStatus, PreparedBatch
+from wagate.db import table_of, utcnow
+from wagate.messages.models import Message
+from wagate.messages.repository import store_sends
+from wagate.outbox.models import JobKind, OutboxJob, Priority
+
+RETENTION = timedelta(days=7)
+_INSERT_RECIPIENTS = insert(table_of(BatchRecipient))
+
+
+def store_batch(session: Session, batch: PreparedBatch, *, notify_others: bool = True) -> None:
+    """The unit of work behind the 202: the batch, its recipients, and every message with its outbox row."""
+    now = utcnow()
+    template = batch.template.template
+    accepted = len(batch.sends)
+    row = Batch(
+        id=batch.batch_id,
+        account_id=batch.account_id,
+        channel_id=batch.channel_id,
+        template_name=template.name,
+        template_language=template.language,
+        template_category=template.category,
+        status=BatchStatus.processing if accepted else BatchStatus.completed,
+        total=len(batch.recipients),
+        accepted=accepted,
+        rejected=len(batch.recipients) - accepted,
+        created_at=now,
+        completed_at=None if accepted else now,
+        expires_at=now + RETENTION,
+    )
+    session.add(row)
+    session.flush()
+    session.connection().execute(
+        _INSERT_RECIPIENTS,
+        [
+            {
+                "batch_id": batch.batch_id,
+                "position": position,
+                "phone_number": number,
+                "message_id": message_id,
+                "error": error,
+            }
+            for position, (number, message_id, error) in enumerate(batch.recipients)
+        ],
+    )
+    if accepted:
+        store_sends(session, batch.sends, notify_others=notify_others)
+    else:
+        publish_completed(session, [row], batch.subscriptions)
+
+
+async def bulk_sends_waiting(session: AsyncSession, *, channel_id: int, up_to: int) -> int:
+    """The channel's bulk sends not yet handed to Meta, counted no further than `up_to`: a large
+    backlog costs one bounded index scan."""
+    waiting_rows = (
+        select(OutboxJob.id)
+        .where(
+            OutboxJob.channel_id == channel_id,
+            OutboxJob.state.in_(WAITING),
+            OutboxJob.priority == Priority.bulk,
+        )
+        .limit(up_to)
+        .subquery()
+    )
+    return await session.scalar(select(func.count()).select_from(waiting_rows)) or 0
+
+
+async def live_batch(session: AsyncSession, *, account_id: int, batch_id: str, now: datetime) -> Batch | None:
+    found: Batch | None = await session.scalar(
+        select(Batch).where(Batch.id == batch_id, Batch.account_id == account_id, Batch.expires_at > now)
+    )
+    return found
+
+
+async def recipient_rows(session: AsyncSession, *, batch_id: str) -> list[Any]:
+    """Each recipient in request order: (number, message id, rejection, message status, Meta's error,
+    whether its send still waits to be handed to Meta)."""
+    waiting = exists().where(
+        OutboxJob.message_id == Message.id,
+        OutboxJob.kind == JobKind.send_message,
+        OutboxJob.state.in_(WAITING),
+    )
+    rows = await session.execute(
+        select(
+            BatchRecipient.phone_number,
+            BatchRecipient.message_id,
+            BatchRecipient.error,
+            Message.status,
+            Message.external_error,
+            waiting,
+        )
+        .outerjoin(Message, and_(Message.id == BatchRecipient.message_id))
+        .where(BatchRecipient.batch_id == batch_id)
+        .order_by(BatchRecipient.position)
+    )
+    return list(rows)
+
+
+def purge_expired_batches(session: Session, *, limit: int = 100) -> int:
+    """Batches past their 7 days: gone with their recipient rows (their messages stay)."""
+    expired = list(session.scalars(select(Batch.id).where(Batch.expires_at <= utcnow()).limit(limit)))
+    if expired:
+        session.execute(delete(BatchRecipient).where(BatchRecipient.batch_id.in_(expired)))
+        session.execute(delete(Batch).where(Batch.id.in_(expired)))
+    return len(expired)

@@ -1,0 +1,78 @@
+"""The SQL of templates: found for sends and listings, replaced by a sync."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import delete, select
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
+
+from wagate.channels.models import Channel
+from wagate.db import utcnow
+from wagate.templates.models import Template
+from wagate.templates.variables import template_variables
+from wagate.whatsapp.payloads import TemplateRecord
+
+
+async def find_template(
+    session: AsyncSession, *, channel_id: int, name: str, language: str
+) -> Template | None:
+    found: Template | None = await session.scalar(
+        select(Template).where(
+            Template.channel_id == channel_id, Template.name == name, Template.language == language
+        )
+    )
+    return found
+
+
+async def find_templates(
+    session: AsyncSession,
+    *,
+    channel_ids: Sequence[int],
+    name: str | None = None,
+    language: str | None = None,
+    category: str | None = None,
+    status: str | None = None,
+) -> list[Template]:
+    query = select(Template).where(Template.channel_id.in_(channel_ids))
+    if name is not None:
+        query = query.where(Template.name == name)
+    if language is not None:
+        query = query.where(Template.language == language)
+    if category is not None:
+        query = query.where(Template.category == category)
+    if status is not None:
+        query = query.where(Template.status == status)
+    return list(await session.scalars(query.order_by(Template.channel_id, Template.name, Template.language)))
+
+
+def replace_templates(session: Session, *, channel: Channel, records: Sequence[TemplateRecord]) -> int:
+    """Make the channel's stored templates exactly the synced list; returns how many there are."""
+    existing = {
+        (t.name, t.language): t
+        for t in session.scalars(select(Template).where(Template.channel_id == channel.id))
+    }
+    now = utcnow()
+    seen: set[tuple[str, str]] = set()
+    for record in records:
+        key = (record.name, record.language)
+        seen.add(key)
+        category = record.category.upper()
+        template = existing.get(key)
+        if template is None:
+            template = Template(channel_id=channel.id, name=record.name, language=record.language)
+            session.add(template)
+        template.meta_id = record.id
+        template.category = category
+        template.status = record.status.upper()
+        template.parameter_format = (record.parameter_format or "POSITIONAL").upper()
+        template.components = list(record.components)
+        template.variables = template_variables(template.components, category)
+        template.synced_at = now
+    gone = [t.id for key, t in existing.items() if key not in seen]
+    if gone:
+        session.execute(delete(Template).where(Template.id.in_(gone)))
+    channel.templates_synced_at = now
+    session.flush()
+    return len(seen)
