@@ -75,3 +75,20 @@ class PreparedBatch:
             "accepted": accepted,
             "rejected": len(self.recipients) - accepted,
         }
+
+
+@dataclass(frozen=True)
+class RecipientState:
+    phone_number: str
+    message_id: str | None
+    status: str  # pending (not yet handed to Meta), a message status, or rejected
+    external_error: str | None
+
+
+@dataclass(frozen=True)
+class BatchReport:
+    """A batch as it is now: its counts by state and its recipients in request order."""
+
+    batch: Batch
+    counts: dict[str, int]
+    recipients: list[RecipientState]

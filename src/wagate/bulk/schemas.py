@@ -1,16 +1,14 @@
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
 from wagate.bulk.completion import template_view
+from wagate.bulk.models import BatchReport
 from wagate.db import isoformat
 from wagate.limits import BodyId, RequestBody
 from wagate.messages.schemas import StatusCallback, TemplateRef
-
-if TYPE_CHECKING:
-    from wagate.bulk.service import BatchReport
 
 MAX_RECIPIENTS = 1000
 

@@ -12,7 +12,6 @@ import asyncio
 import functools
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -21,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from wagate.accounts.auth import Principal
 from wagate.bulk import repository
-from wagate.bulk.models import Batch, BatchRecipient, PreparedBatch
+from wagate.bulk.models import BatchRecipient, BatchReport, PreparedBatch, RecipientState
 from wagate.bulk.schemas import MAX_RECIPIENTS, BulkRecipient, SendBulkRequest
 from wagate.channels.service import channel_for_member
 from wagate.config import Settings
@@ -204,23 +203,6 @@ async def accept_batch(
     dispatcher.wake(batch.channel_id)
     dispatcher.wake_events()
     return batch.response
-
-
-@dataclass(frozen=True)
-class RecipientState:
-    phone_number: str
-    message_id: str | None
-    status: str  # pending (not yet handed to Meta), a message status, or rejected
-    external_error: str | None
-
-
-@dataclass(frozen=True)
-class BatchReport:
-    """A batch as it is now: its counts by state and its recipients in request order."""
-
-    batch: Batch
-    counts: dict[str, int]
-    recipients: list[RecipientState]
 
 
 async def read_batch(
