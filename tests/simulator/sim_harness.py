@@ -118,6 +118,14 @@ def fast_config(webhook_url: str | None) -> SimulatorConfig:
     )
 
 
+def register_test_channel(http: httpx.Client, simulator_url: str) -> None:
+    """The channel every simulator test sends through (PHONE_NUMBER_ID of WABA_ID)."""
+    http.post(
+        simulator_url + "/_sim/channels",
+        json={"phone_number_id": PHONE_NUMBER_ID, "waba_id": WABA_ID, "display_phone_number": "15550001111"},
+    ).raise_for_status()
+
+
 @pytest.fixture
 def harness() -> Iterator[Harness]:
     receiver = Receiver()
@@ -125,14 +133,7 @@ def harness() -> Iterator[Harness]:
     sim = run_in_thread(create_simulator_app(fast_config(receiver_server.base_url + "/hook")))
     http = httpx.Client(timeout=10.0)
     try:
-        http.post(
-            sim.base_url + "/_sim/channels",
-            json={
-                "phone_number_id": PHONE_NUMBER_ID,
-                "waba_id": WABA_ID,
-                "display_phone_number": "15550001111",
-            },
-        ).raise_for_status()
+        register_test_channel(http, sim.base_url)
         yield Harness(sim=sim, receiver=receiver, receiver_server=receiver_server, http=http)
     finally:
         http.close()

@@ -28,7 +28,7 @@ from pywa.errors import RateLimitHit
 from pywa.types import Message, MessageStatus, RawUpdate
 from pywa.types.sent_update import RecipientType
 from pywa.types.templates import BodyText, TemplateLanguage
-from sim_harness import APP_SECRET, PHONE_NUMBER_ID, TOKEN, WABA_ID, fast_config
+from sim_harness import APP_SECRET, PHONE_NUMBER_ID, TOKEN, WABA_ID, fast_config, register_test_channel
 
 from wagate.simulator import (
     MAGIC_RATE_LIMITED,
@@ -189,14 +189,7 @@ def world() -> Iterator[World]:
     session.base_url = httpx.URL(sim.base_url + "/v23.0")
     http = httpx.Client(timeout=10.0)
     try:
-        http.post(
-            sim.base_url + "/_sim/channels",
-            json={
-                "phone_number_id": PHONE_NUMBER_ID,
-                "waba_id": WABA_ID,
-                "display_phone_number": "15550001111",
-            },
-        ).raise_for_status()
+        register_test_channel(http, sim.base_url)
         yield World(wa, inbox, sim, pywa_server.base_url + "/", http, problems)
     finally:
         logging.getLogger("pywa").removeHandler(problems)
