@@ -112,6 +112,14 @@ class WindowClosed(Unprocessable):
     )
 
 
+class MarketingPreferenceStopped(Unprocessable):
+    code = "marketing_preference_stopped"
+    message = (
+        "The customer stopped marketing messages from this channel: a MARKETING template is not sent to"
+        " them until they resume (Meta would refuse it with error 131050)."
+    )
+
+
 class TemplateNotFound(Unprocessable):
     code = "template_not_found"
     message = "No template with this name and language exists for the channel."

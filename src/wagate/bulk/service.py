@@ -9,6 +9,7 @@ it waits to be handed to Meta; that moment, recorded with the send outcomes, wri
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import math
 from collections.abc import Callable
@@ -24,11 +25,14 @@ from wagate.bulk.models import BatchRecipient, BatchReport, PreparedBatch, Recip
 from wagate.bulk.schemas import MAX_RECIPIENTS, BulkRecipient, SendBulkRequest
 from wagate.channels.service import channel_for_member
 from wagate.config import Settings
+from wagate.conversations.repository import marketing_stopped, open_windows
+from wagate.conversations.service import WINDOW
 from wagate.db import utcnow
 from wagate.deps import Gateway
 from wagate.errors import (
     BatchNotFound,
     InvalidPhoneNumber,
+    MarketingPreferenceStopped,
     RateLimited,
     TemplateParametersMismatch,
     TooManyRecipients,
@@ -47,6 +51,7 @@ from wagate.templates.service import require_approved
 from wagate.templates.variables import bind_parameters
 
 REJECTED_INVALID_NUMBER = "invalid_phone_number"
+REJECTED_MARKETING_STOPPED = MarketingPreferenceStopped.code
 # A rejected number is kept as given, which may be anything up to the body limit: cut to the column.
 _NUMBER_COLUMN_LENGTH: int = getattr(BatchRecipient.__table__.c.phone_number.type, "length", None) or 64
 
@@ -119,6 +124,9 @@ async def prepare_batch(
             f"Template '{ref.name}' takes {len(template.variables)} parameters; not every recipient's match.",
             details=mismatches[:50],
         )
+    recipients, sends = await _apply_customer_state(
+        lookups, principal.account_id, channel.id, template, recipients, sends
+    )
     rate = channel.messages_per_second
     await admit(lookups, channel_id=channel.id, rate=rate, adding=len(sends), settings=settings)
     return PreparedBatch(
@@ -130,6 +138,47 @@ async def prepare_batch(
         recipients,
         subscriptions,
     )
+
+
+async def _apply_customer_state(
+    lookups: Lookups,
+    account_id: int,
+    channel_id: int,
+    template: Template,
+    recipients: list[tuple[str, str | None, str | None]],
+    sends: list[PreparedSend],
+) -> tuple[list[tuple[str, str | None, str | None]], list[PreparedSend]]:
+    """What the customers' state changes (API.md section 13), one query for the whole batch: a
+    MARKETING template skips those who stopped marketing messages (rejected), and a UTILITY template
+    is free for those whose window is open."""
+    category = template.category.upper()
+    if not sends or category not in ("MARKETING", "UTILITY"):
+        return recipients, sends
+    numbers = [send.phone_number for send in sends if send.phone_number]
+    async with lookups.db.read() as session:
+        if category == "MARKETING":
+            stopped = await marketing_stopped(
+                session, account_id=account_id, channel_id=channel_id, phone_numbers=numbers
+            )
+            if not stopped:
+                return recipients, sends
+            recipients = [
+                (number, None, REJECTED_MARKETING_STOPPED)
+                if number in stopped
+                else (number, message_id, error)
+                for number, message_id, error in recipients
+            ]
+            return recipients, [send for send in sends if send.phone_number not in stopped]
+        open_now = await open_windows(
+            session,
+            account_id=account_id,
+            channel_id=channel_id,
+            phone_numbers=numbers,
+            since=utcnow() - WINDOW,
+        )
+    return recipients, [
+        dataclasses.replace(send, cost_micros=0) if send.phone_number in open_now else send for send in sends
+    ]
 
 
 def _bind_recipients(

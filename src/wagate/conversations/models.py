@@ -3,12 +3,16 @@ from __future__ import annotations
 import enum
 from datetime import datetime
 
-from sqlalchemy import Enum, ForeignKey, Integer, String, UniqueConstraint
+from sqlalchemy import Boolean, Enum, ForeignKey, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from wagate.db import Base, UTCDateTime, utcnow
 
 CONTACT_NAME_LENGTH = 200
+# Meta's business-scoped user ids: a country code, a dot, alphanumerics (API.md section 13).
+USER_ID_LENGTH = 64
+USERNAME_LENGTH = 100
+PHONE_NUMBER_LENGTH = 32
 
 
 class ConversationStatus(enum.StrEnum):
@@ -18,14 +22,51 @@ class ConversationStatus(enum.StrEnum):
 
 
 class Contact(Base):
+    """A customer of the account: known by phone number, by Meta's user ids, or both (API.md section 13).
+
+    A customer who adopted a username may never show their number: then `phone_number` is empty and
+    `CustomerId` rows name them. Two customers of one number cannot exist (unique per account)."""
+
     __tablename__ = "contacts"
     __table_args__ = (UniqueConstraint("account_id", "phone_number"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
-    phone_number: Mapped[str] = mapped_column(String(32))
+    phone_number: Mapped[str | None] = mapped_column(String(PHONE_NUMBER_LENGTH), nullable=True)
+    # The profile name and the username as Meta last showed them.
     name: Mapped[str | None] = mapped_column(String(CONTACT_NAME_LENGTH), nullable=True)
+    username: Mapped[str | None] = mapped_column(String(USERNAME_LENGTH), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class CustomerId(Base):
+    """A business-scoped user id (BSUID) of a customer. Meta scopes it to a business, so a customer
+    reached through channels of two businesses has two of them; each names exactly one contact."""
+
+    __tablename__ = "customer_ids"
+    __table_args__ = (UniqueConstraint("account_id", "user_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
+    user_id: Mapped[str] = mapped_column(String(USER_ID_LENGTH))
+    parent_user_id: Mapped[str | None] = mapped_column(String(USER_ID_LENGTH), nullable=True)
+    contact_id: Mapped[int] = mapped_column(ForeignKey("contacts.id", ondelete="CASCADE"), index=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class MarketingPreference(Base):
+    """A customer's stop (or resume) of marketing messages from a channel, from Meta's
+    `user_preferences` webhook: while stopped, MARKETING templates to them are refused."""
+
+    __tablename__ = "marketing_preferences"
+    __table_args__ = (UniqueConstraint("channel_id", "contact_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    channel_id: Mapped[int] = mapped_column(ForeignKey("channels.id", ondelete="CASCADE"))
+    contact_id: Mapped[int] = mapped_column(ForeignKey("contacts.id", ondelete="CASCADE"), index=True)
+    stopped: Mapped[bool] = mapped_column(Boolean)
+    # Meta's time of the choice: an older webhook delivered late does not undo a newer choice.
+    changed_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
 class Conversation(Base):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from functools import cache
 from typing import Any
 
@@ -10,8 +11,15 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
-from wagate.conversations.models import CONTACT_NAME_LENGTH, Contact, Conversation, ConversationStatus
-from wagate.db import detached, dialect_name, table_of, utcnow
+from wagate.conversations.models import (
+    CONTACT_NAME_LENGTH,
+    Contact,
+    Conversation,
+    ConversationStatus,
+    CustomerId,
+    MarketingPreference,
+)
+from wagate.db import Base, detached, dialect_name, table_of, utcnow
 
 
 def conversation_query(*, account_id: int, channel_id: int, phone_number: str) -> Select[Conversation]:
@@ -34,7 +42,7 @@ async def find_conversation(
     return result
 
 
-def _insert(session: Session, model: type[Contact] | type[Conversation]):  # type: ignore[no-untyped-def]
+def _insert(session: Session, model: type[Base]):  # type: ignore[no-untyped-def]
     """The dialect's INSERT, which has ON CONFLICT (SQLite and PostgreSQL spell it alike)."""
     insert = postgresql.insert if dialect_name(session) == "postgresql" else sqlite.insert
     return insert(table_of(model))
@@ -77,16 +85,13 @@ def get_or_create_conversation(
     *,
     account_id: int,
     channel_id: int,
-    phone_number: str,
+    contact_id: int,
     initial_status: ConversationStatus,
-    contact_name: str | None = None,
 ) -> tuple[Conversation, bool]:
-    """The conversation of this channel with this number, and whether it was created just now (with
-    its contact, when new).
+    """The conversation of this channel with this contact, and whether it was created just now.
 
-    Inserts ignore a conflict, so two writers creating the same contact at once both succeed.
+    The insert ignores a conflict, so two writers creating the same conversation at once both succeed.
     """
-    contact_id = upsert_contact(session, account_id=account_id, phone_number=phone_number, name=contact_name)
     now = utcnow()
     inserted = (
         session.connection()
@@ -114,61 +119,214 @@ def get_or_create_conversation(
     return conversation, inserted is not None
 
 
-def touch_after_sends(
-    session: Session,
+def insert_customer_id(
+    session: Session, *, account_id: int, user_id: str, parent_user_id: str | None, contact_id: int
+) -> bool:
+    """Bind a user id to a contact; False when the user id was bound already (by another writer)."""
+    inserted = (
+        session.connection()
+        .execute(
+            _insert(session, CustomerId)
+            .values(
+                account_id=account_id,
+                user_id=user_id,
+                parent_user_id=parent_user_id,
+                contact_id=contact_id,
+                created_at=utcnow(),
+            )
+            .on_conflict_do_nothing()
+            .returning(table_of(CustomerId).c.id)
+        )
+        .scalar_one_or_none()
+    )
+    return inserted is not None
+
+
+async def find_customer(
+    session: AsyncSession, *, account_id: int, user_id: str
+) -> tuple[int, str | None] | None:
+    """The contact a user id names and its number (None when unknown): (contact id, phone number)."""
+    row = (
+        await session.execute(
+            select(Contact.id, Contact.phone_number)
+            .join(CustomerId, CustomerId.contact_id == Contact.id)
+            .where(CustomerId.account_id == account_id, CustomerId.user_id == user_id)
+        )
+    ).one_or_none()
+    return (row[0], row[1]) if row else None
+
+
+async def find_contact_conversation(
+    session: AsyncSession, *, channel_id: int, contact_id: int
+) -> Conversation | None:
+    found: Conversation | None = await session.scalar(
+        select(Conversation).where(
+            Conversation.channel_id == channel_id, Conversation.contact_id == contact_id
+        )
+    )
+    return found
+
+
+def contacts_of_user_ids(
+    session: Session, *, account_id: int, user_ids: list[str], parent_user_ids: dict[str, str | None]
+) -> dict[str, int]:
+    """The contact of each user id, a contact without number made for each one never seen: for
+    sends to user ids nobody has learned a number for. Two statements when all are known."""
+    known = dict(
+        session.execute(
+            select(CustomerId.user_id, CustomerId.contact_id).where(
+                CustomerId.account_id == account_id, CustomerId.user_id.in_(user_ids)
+            )
+        ).all()
+    )
+    for user_id in user_ids:
+        if user_id in known:
+            continue
+        contact_id = (
+            session.connection()
+            .execute(
+                _insert(session, Contact)
+                .values(account_id=account_id, phone_number=None, created_at=utcnow())
+                .returning(table_of(Contact).c.id)
+            )
+            .scalar_one()
+        )
+        if insert_customer_id(
+            session,
+            account_id=account_id,
+            user_id=user_id,
+            parent_user_id=parent_user_ids.get(user_id),
+            contact_id=contact_id,
+        ):
+            known[user_id] = contact_id
+            continue
+        # Another writer bound it meanwhile: its contact it is.
+        session.connection().execute(table_of(Contact).delete().where(table_of(Contact).c.id == contact_id))
+        winner = session.scalar(
+            select(CustomerId.contact_id).where(
+                CustomerId.account_id == account_id, CustomerId.user_id == user_id
+            )
+        )
+        assert winner is not None
+        known[user_id] = winner
+    return known
+
+
+def set_marketing_preferences(
+    session: Session, *, channel_id: int, changes: list[tuple[int, bool, datetime]]
+) -> None:
+    """Record (contact id, stopped, Meta's time) for the channel; a choice older than the one recorded
+    (a webhook delivered late) changes nothing."""
+    table = table_of(MarketingPreference)
+    statement = _insert(session, MarketingPreference)
+    statement = statement.on_conflict_do_update(
+        index_elements=[table.c.channel_id, table.c.contact_id],
+        set_={"stopped": statement.excluded.stopped, "changed_at": statement.excluded.changed_at},
+        where=table.c.changed_at <= statement.excluded.changed_at,
+    )
+    rows = [
+        {"channel_id": channel_id, "contact_id": contact_id, "stopped": stopped, "changed_at": at}
+        for contact_id, stopped, at in changes
+    ]
+    session.connection().execute(statement, rows)
+
+
+async def marketing_stopped(
+    session: AsyncSession,
     *,
     account_id: int,
     channel_id: int,
-    phone_numbers: list[str],
-    status: ConversationStatus,
-) -> dict[str, int]:
-    """Give each number's conversation its status after an API send; returns number -> conversation id.
-
-    Two statements for any number of them (SQLAlchemy sends many rows as one multi-row statement).
-    """
-    now = utcnow()
-    contact_upsert, conversation_upsert = _upserts(dialect_name(session))
-    connection = session.connection()
-    contact_rows = [
-        {"account_id": account_id, "phone_number": number, "name": None, "created_at": now}
-        for number in phone_numbers
-    ]
-    contact_of = {
-        number: contact_id for contact_id, number in connection.execute(contact_upsert, contact_rows)
-    }
-    conversation_rows = [
-        {
-            "account_id": account_id,
-            "channel_id": channel_id,
-            "contact_id": contact_of[number],
-            "status": status.value,
-            "last_activity_at": now,
-            "created_at": now,
-        }
-        for number in phone_numbers
-    ]
-    # Rows come back in no promised order: matched by contact.
-    conversation_of = dict(
-        (contact_id, conversation_id)
-        for conversation_id, contact_id in connection.execute(conversation_upsert, conversation_rows)
+    phone_numbers: list[str] = [],  # noqa: B006 (never mutated)
+    user_ids: list[str] = [],  # noqa: B006
+) -> set[str]:
+    """Which of these numbers and user ids stopped marketing messages from the channel."""
+    stopped: set[str] = set()
+    base = select(MarketingPreference.contact_id).where(
+        MarketingPreference.channel_id == channel_id, MarketingPreference.stopped.is_(True)
     )
-    return {number: conversation_of[contact_of[number]] for number in phone_numbers}
+    if phone_numbers:
+        rows = await session.execute(
+            select(Contact.phone_number).where(
+                Contact.account_id == account_id,
+                Contact.phone_number.in_(phone_numbers),
+                Contact.id.in_(base),
+            )
+        )
+        stopped |= {number for (number,) in rows if number}
+    if user_ids:
+        rows = await session.execute(
+            select(CustomerId.user_id).where(
+                CustomerId.account_id == account_id,
+                CustomerId.user_id.in_(user_ids),
+                CustomerId.contact_id.in_(base),
+            )
+        )
+        stopped |= {user_id for (user_id,) in rows if user_id}
+    return stopped
 
 
-def statuses_before(
-    session: Session, *, account_id: int, channel_id: int, phone_numbers: list[str]
-) -> dict[str, str]:
-    """The current status of each number's conversation on the channel (numbers without one are left out)."""
-    rows = session.execute(
-        select(Contact.phone_number, Conversation.status)
+async def open_windows(
+    session: AsyncSession, *, account_id: int, channel_id: int, phone_numbers: list[str], since: datetime
+) -> set[str]:
+    """Which of these numbers wrote to the channel after `since` (their window is open)."""
+    rows = await session.execute(
+        select(Contact.phone_number)
         .join(Conversation, Conversation.contact_id == Contact.id)
         .where(
             Contact.account_id == account_id,
             Contact.phone_number.in_(phone_numbers),
             Conversation.channel_id == channel_id,
+            Conversation.last_customer_message_at > since,
         )
     )
-    return {number: ConversationStatus(status).value for number, status in rows}
+    return {number for (number,) in rows if number}
+
+
+def contacts_of_numbers(session: Session, *, account_id: int, phone_numbers: list[str]) -> dict[str, int]:
+    """The contact of each number, made when new: one statement for any number of them (SQLAlchemy
+    sends many rows as one multi-row statement)."""
+    contact_upsert = _upserts(dialect_name(session))[0]
+    now = utcnow()
+    rows = [
+        {"account_id": account_id, "phone_number": number, "name": None, "created_at": now}
+        for number in phone_numbers
+    ]
+    return {number: contact_id for contact_id, number in session.connection().execute(contact_upsert, rows)}
+
+
+def touch_after_sends(
+    session: Session, *, account_id: int, channel_id: int, contact_ids: list[int], status: ConversationStatus
+) -> dict[int, int]:
+    """Give each contact's conversation on the channel its status after an API send (made when new);
+    returns contact id -> conversation id. One statement for any number of them."""
+    now = utcnow()
+    conversation_upsert = _upserts(dialect_name(session))[1]
+    rows = [
+        {
+            "account_id": account_id,
+            "channel_id": channel_id,
+            "contact_id": contact_id,
+            "status": status.value,
+            "last_activity_at": now,
+            "created_at": now,
+        }
+        for contact_id in dict.fromkeys(contact_ids)
+    ]
+    # Rows come back in no promised order: matched by contact.
+    return {
+        contact_id: conversation_id
+        for conversation_id, contact_id in session.connection().execute(conversation_upsert, rows)
+    }
+
+
+def statuses_before(session: Session, *, channel_id: int, contact_ids: list[int]) -> dict[int, str]:
+    """The current status of each contact's conversation on the channel (those without one are left out)."""
+    rows = session.execute(
+        select(Conversation.contact_id, Conversation.status).where(
+            Conversation.channel_id == channel_id, Conversation.contact_id.in_(contact_ids)
+        )
+    )
+    return {contact_id: ConversationStatus(status).value for contact_id, status in rows}
 
 
 async def conversation_by_id(

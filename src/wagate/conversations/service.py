@@ -9,7 +9,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from wagate.accounts.auth import Principal
 from wagate.conversations.models import Conversation, ConversationStatus
-from wagate.conversations.repository import conversation_by_id, find_conversation, set_status
+from wagate.conversations.repository import (
+    conversation_by_id,
+    find_contact_conversation,
+    find_conversation,
+    find_customer,
+    set_status,
+)
 from wagate.db import utcnow
 from wagate.deps import Gateway
 from wagate.errors import NotFound
@@ -44,11 +50,53 @@ def window_of(last_customer_message_at: datetime | None) -> Window:
     return Window(last_customer_message_at, expires, utcnow())
 
 
-async def window_for(session: AsyncSession, *, account_id: int, channel_id: int, phone_number: str) -> Window:
-    """The number's window on the channel (closed when the customer never wrote)."""
-    conversation = await find_conversation(
-        session, account_id=account_id, channel_id=channel_id, phone_number=phone_number
-    )
+@dataclass(frozen=True)
+class Recipient:
+    """Whom a send goes to: a number, or a business-scoped user id with the contact and number learned
+    for it when they are known (API.md section 13)."""
+
+    phone_number: str | None
+    user_id: str | None = None
+    contact_id: int | None = None  # the user id's contact, when the gateway has seen the user id
+
+    @property
+    def address(self) -> str:
+        """What the Cloud API request names: the user id when the caller gave one (`recipient`)."""
+        address = self.user_id or self.phone_number
+        assert address is not None  # one of the two, always
+        return address
+
+
+async def recipient_for(
+    session: AsyncSession, *, account_id: int, phone_number: str | None, user_id: str | None
+) -> Recipient:
+    """A send's recipient: a user id's contact and number are looked up (one query); a number is as given."""
+    if user_id is None:
+        return Recipient(phone_number)
+    found = await find_customer(session, account_id=account_id, user_id=user_id)
+    if found is None:
+        return Recipient(None, user_id)
+    contact_id, number = found
+    return Recipient(number, user_id, contact_id)
+
+
+async def window_for(
+    session: AsyncSession, *, account_id: int, channel_id: int, recipient: Recipient | str
+) -> Window:
+    """The customer's window on the channel (closed when they never wrote). A user id learned for a
+    number has the number's window: they are one contact."""
+    if isinstance(recipient, str):
+        recipient = Recipient(recipient)
+    if recipient.contact_id is not None:
+        conversation = await find_contact_conversation(
+            session, channel_id=channel_id, contact_id=recipient.contact_id
+        )
+    elif recipient.phone_number is not None:
+        conversation = await find_conversation(
+            session, account_id=account_id, channel_id=channel_id, phone_number=recipient.phone_number
+        )
+    else:
+        conversation = None  # a user id never seen has never written
     return window_of(conversation.last_customer_message_at if conversation else None)
 
 

@@ -138,7 +138,7 @@ class Dispatcher:
     async def _tick(self) -> bool:
         subscriptions = await self.lookups.subscriptions()
         applied, events = await jobs.run_webhook_batch(
-            self.db, worker_id=self.worker_id, subscriptions=subscriptions
+            self.db, worker_id=self.worker_id, subscriptions=subscriptions, prices=self.settings.prices
         )
         if events:
             self.wake_events()

@@ -19,6 +19,7 @@ from wagate.events.deliveries import purge_finished
 from wagate.events.subscriptions import Subscriptions
 from wagate.idempotency.service import purge_expired as purge_idempotency_keys
 from wagate.messages.parked import PARKED_STATUS_MAX_AGE, purge_parked_statuses
+from wagate.messages.pricing import Prices
 from wagate.messages.webhooks import process_webhook_bodies
 from wagate.outbox.dead_letters import bury
 from wagate.outbox.errors import describe_error
@@ -118,7 +119,7 @@ def retry_or_bury(session: Session, job: ClaimedJob, error: str) -> None:
 
 
 async def run_webhook_batch(
-    db: Database, *, worker_id: str, subscriptions: Subscriptions | None = None
+    db: Database, *, worker_id: str, subscriptions: Subscriptions | None = None, prices: Prices | None = None
 ) -> tuple[int, int]:
     """Claim and apply stored Meta webhooks; returns how many bodies were claimed and how many
     events they caused.
@@ -135,7 +136,7 @@ async def run_webhook_batch(
         return 0, 0
 
     def apply(session: Session, some: Sequence[ClaimedJob]) -> int:
-        applied = process_webhook_bodies(session, [job.payload for job in some], subscriptions)
+        applied = process_webhook_bodies(session, [job.payload for job in some], subscriptions, prices=prices)
         settle_sends(session, applied.settled)
         finish_jobs(session, [job.id for job in some])
         return applied.events

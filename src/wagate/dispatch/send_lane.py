@@ -324,7 +324,11 @@ class ChannelLane:
 
         def record(session: Session, outcomes: Sequence[sends.Outcome]) -> int:
             return sends.record_outcomes(
-                session, list(outcomes), grace_seconds=grace, subscriptions=subscriptions
+                session,
+                list(outcomes),
+                grace_seconds=grace,
+                subscriptions=subscriptions,
+                prices=self.deps.settings.prices,
             )
 
         events, unwritten = await write_isolating(self.deps.db, batch, record, sends.park_outcome, first=True)

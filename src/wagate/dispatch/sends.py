@@ -23,6 +23,7 @@ from wagate.db import table_of, utcnow
 from wagate.events.subscriptions import Subscriptions
 from wagate.messages.events import publish_status_changes
 from wagate.messages.models import Message, MessageStatus
+from wagate.messages.pricing import Prices
 from wagate.messages.status import StatusChange, apply_status
 from wagate.messages.webhooks import apply_parked_statuses
 from wagate.outbox.dead_letters import bury
@@ -150,8 +151,10 @@ def record_outcomes(
     *,
     grace_seconds: float,
     subscriptions: Subscriptions | None = None,
+    prices: Prices | None = None,
 ) -> int:
-    """Store a round of send results and their events in one transaction; returns how many events."""
+    """Store a round of send results and their events in one transaction; returns how many events.
+    `prices`: what a category named by a parked status's `pricing` costs."""
     now = utcnow()
     # A send that kept failing to reach Meta (refused, throttled) for its whole retry policy fails.
     outcomes = [
@@ -166,7 +169,7 @@ def record_outcomes(
         session.connection().execute(
             _SET_WAMID, [{"message": o.send.message_id, "wamid": o.wamid} for o in sent]
         )
-        parked = apply_parked_statuses(session, [o.wamid for o in sent])
+        parked = apply_parked_statuses(session, [o.wamid for o in sent], prices=prices)
         changes += parked.changes
         settle_sends(session, parked.settled)
     rejected = [o for o in outcomes if isinstance(o, Rejected)]

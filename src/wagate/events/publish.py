@@ -142,9 +142,10 @@ class ConversationChange:
     account_id: int
     conversation_id: int
     channel_id: int
-    phone_number: str
+    phone_number: str | None  # None for a customer known only by user id
     previous: str | None  # None: the conversation was just created
     current: str
+    user_id: str | None = None
 
 
 def publish_conversation_changes(
@@ -169,6 +170,7 @@ def publish_conversation_changes(
                     "id": change.conversation_id,
                     "channel_id": change.channel_id,
                     "phone_number": change.phone_number,
+                    "user_id": change.user_id,
                     "status": change.current,
                 },
             },

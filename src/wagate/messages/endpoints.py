@@ -38,7 +38,7 @@ async def check_window(
     async with gateway.db.read() as session:
         channel = await channel_for_member(session, principal=principal, channel_id=channel_id)
         window = await window_for(
-            session, account_id=principal.account_id, channel_id=channel.id, phone_number=number
+            session, account_id=principal.account_id, channel_id=channel.id, recipient=number
         )
     return {
         "channel_id": channel.id,

@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import JSON, Enum, ForeignKey, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from wagate.conversations.models import ConversationStatus
+from wagate.conversations.models import USER_ID_LENGTH, ConversationStatus
 from wagate.db import Base, UTCDateTime, utcnow
 from wagate.events.models import EventKind
 from wagate.events.subscriptions import NO_SUBSCRIPTIONS, Subscriptions
@@ -46,7 +46,9 @@ class Message(Base):
         ForeignKey("conversations.id", ondelete="CASCADE"), index=True
     )
     direction: Mapped[Direction] = mapped_column(Enum(Direction, native_enum=False, length=10))
-    phone_number: Mapped[str] = mapped_column(String(32))
+    # Empty for a customer known only by Meta's user id (API.md section 13).
+    phone_number: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    user_id: Mapped[str | None] = mapped_column(String(USER_ID_LENGTH), nullable=True)
     status: Mapped[MessageStatus] = mapped_column(Enum(MessageStatus, native_enum=False, length=20))
     sent_as: Mapped[SentAs | None] = mapped_column(Enum(SentAs, native_enum=False, length=20), nullable=True)
     text: Mapped[str | None] = mapped_column(Text, nullable=True)
@@ -56,9 +58,12 @@ class Message(Base):
     template_parameters: Mapped[Any] = mapped_column(JSON, nullable=True)
     external_error: Mapped[str | None] = mapped_column(String(EXTERNAL_ERROR_LENGTH), nullable=True)
     upstream_message_id: Mapped[str | None] = mapped_column(String(128), nullable=True, unique=True)
-    # Price in millionths of `cost_currency`, fixed at acceptance; a failed message is reported as 0.
+    # Price in millionths of `cost_currency`, set at acceptance and settled by the `pricing` of Meta's
+    # status webhooks (API.md section 13); a failed message is reported as 0.
     cost_micros: Mapped[int] = mapped_column(Integer, default=0)
     cost_currency: Mapped[str] = mapped_column(String(3))
+    # The category Meta charged, when its status webhook's `pricing` named another than the template's.
+    cost_category: Mapped[str | None] = mapped_column(String(40), nullable=True)
     batch_id: Mapped[str | None] = mapped_column(String(40), nullable=True, index=True)
     # The request's status_callback, its secret encrypted (see events).
     status_callback: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
@@ -97,7 +102,8 @@ class PreparedSend:
     message_id: str
     account_id: int
     channel_id: int
-    phone_number: str
+    # The number, or a user id (with its contact, when the gateway has seen it); one at least.
+    phone_number: str | None
     sent_as: SentAs
     text: str | None
     template: BoundTemplate | None
@@ -108,6 +114,8 @@ class PreparedSend:
     currency: str
     priority: Priority = Priority.single
     batch_id: str | None = None
+    user_id: str | None = None
+    contact_id: int | None = None
     # Who takes which events (the cached snapshot): `message_created` and `conversation_status_changed`
     # cost the send nothing when nobody does.
     subscriptions: Subscriptions = NO_SUBSCRIPTIONS

@@ -12,7 +12,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from wagate.conversations.models import Conversation, ConversationStatus
-from wagate.conversations.repository import statuses_before, touch_after_sends
+from wagate.conversations.repository import (
+    contacts_of_numbers,
+    contacts_of_user_ids,
+    statuses_before,
+    touch_after_sends,
+)
 from wagate.conversations.service import status_after_send
 from wagate.db import isoformat, table_of, utcnow
 from wagate.events.models import EventKind
@@ -50,25 +55,27 @@ def store_sends(
     now = utcnow()
     first = sends[0]
     account_id, channel_id, subscriptions = first.account_id, first.channel_id, first.subscriptions
-    numbers = [send.phone_number for send in sends]
+    contact_of = _contacts_of(session, sends)
+    contact_ids = [contact_of[send.message_id] for send in sends]
     conversation_status = status_after_send(first.conversation_status)
     conversation_webhooks = subscriptions.webhooks(account_id, EventKind.conversation_status_changed)
-    previous: dict[str, str] = {}
+    previous: dict[int, str] = {}
     if conversation_webhooks:  # only then is the status before the send worth a query
-        previous = statuses_before(
-            session, account_id=account_id, channel_id=channel_id, phone_numbers=numbers
-        )
-    conversation_of = touch_after_sends(
+        previous = statuses_before(session, channel_id=channel_id, contact_ids=contact_ids)
+    conversation_of_contact = touch_after_sends(
         session,
         account_id=account_id,
         channel_id=channel_id,
-        phone_numbers=numbers,
+        contact_ids=contact_ids,
         status=conversation_status,
     )
+    conversation_of = {
+        send.message_id: conversation_of_contact[contact_of[send.message_id]] for send in sends
+    }
     # Core statements built once, with values at execution: this runs for every accepted message,
     # and the ORM's unit of work (or a statement compiled anew) costs more than the SQL itself.
     connection = session.connection()
-    message_rows = [_message_row(send, conversation_of[send.phone_number], now) for send in sends]
+    message_rows = [_message_row(send, conversation_of[send.message_id], now) for send in sends]
     connection.execute(_INSERT_MESSAGE, message_rows)
     outbox_rows = [
         outbox_row(
@@ -103,18 +110,43 @@ def store_sends(
         changes = [
             ConversationChange(
                 account_id,
-                conversation_of[number],
+                conversation_of[send.message_id],
                 channel_id,
-                number,
-                previous.get(number),
+                send.phone_number,
+                previous.get(contact_of[send.message_id]),
                 conversation_status.value,
+                user_id=send.user_id,
             )
-            for number in numbers
+            for send in sends
         ]
         publish_conversation_changes(session, changes, subscriptions)
     if notify_others:
         notify_outbox(session, channel_id)
     return job_ids
+
+
+def _contacts_of(session: Session, sends: list[PreparedSend]) -> dict[str, int]:
+    """Each send's contact (message id -> contact id): by number, made when new (one statement), or by
+    user id; a user id no one has seen gets a contact without a number."""
+    account_id = sends[0].account_id
+    numbers = [s.phone_number for s in sends if s.contact_id is None and s.phone_number is not None]
+    by_number = contacts_of_numbers(session, account_id=account_id, phone_numbers=numbers) if numbers else {}
+    new_users = [s.user_id for s in sends if s.contact_id is None and s.phone_number is None and s.user_id]
+    by_user = (
+        contacts_of_user_ids(session, account_id=account_id, user_ids=new_users, parent_user_ids={})
+        if new_users
+        else {}
+    )
+    contact_of: dict[str, int] = {}
+    for send in sends:
+        if send.contact_id is not None:
+            contact_of[send.message_id] = send.contact_id
+        elif send.phone_number is not None:
+            contact_of[send.message_id] = by_number[send.phone_number]
+        else:
+            assert send.user_id is not None  # a number or a user id, always
+            contact_of[send.message_id] = by_user[send.user_id]
+    return contact_of
 
 
 def _message_row(send: PreparedSend, conversation_id: int, now: datetime) -> dict[str, Any]:
@@ -126,6 +158,7 @@ def _message_row(send: PreparedSend, conversation_id: int, now: datetime) -> dic
         "conversation_id": conversation_id,
         "direction": Direction.outbound,
         "phone_number": send.phone_number,
+        "user_id": send.user_id,
         "status": MessageStatus.sent,
         "sent_as": send.sent_as,
         "text": send.text,
@@ -137,6 +170,7 @@ def _message_row(send: PreparedSend, conversation_id: int, now: datetime) -> dic
         "upstream_message_id": None,
         "cost_micros": send.cost_micros,
         "cost_currency": send.currency,
+        "cost_category": None,
         "batch_id": send.batch_id,
         "status_callback": send.status_callback,
         "status_history": [{"status": MessageStatus.sent.value, "at": isoformat(now) or ""}],

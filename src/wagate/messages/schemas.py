@@ -5,11 +5,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator, model_validator
 
+from wagate.conversations.models import USER_ID_LENGTH
 from wagate.db import isoformat
 from wagate.limits import BodyId, RequestBody
 from wagate.messages.models import Message
 
 ParameterValue = str | int | float
+# A country code, a dot, alphanumerics; enterprise ids have ENT between (API.md section 13).
+USER_ID_PATTERN = r"^[A-Z]{2}\.(ENT\.)?[A-Za-z0-9]{1,58}$"
 
 
 class TemplateRef(BaseModel):
@@ -44,8 +47,17 @@ class SendMessageRequest(RequestBody):
     model_config = ConfigDict(extra="forbid")
 
     channel_id: BodyId
-    phone_number: str | StrictInt = Field(
-        description="E.164 (+994501234567) or digits with the country code."
+    phone_number: str | StrictInt | None = Field(
+        None, description="E.164 (+994501234567) or digits with the country code; or give `user_id`."
+    )
+    user_id: str | None = Field(
+        None,
+        max_length=USER_ID_LENGTH,
+        pattern=USER_ID_PATTERN,
+        description=(
+            "Meta's business-scoped user id of the customer (e.g. AZ.13491208655302741918), instead of"
+            " `phone_number`: for customers whose number is hidden behind a username."
+        ),
     )
     template: TemplateRef | None = None
     text: str | None = Field(None, min_length=1, max_length=4096)
@@ -55,6 +67,8 @@ class SendMessageRequest(RequestBody):
 
     @model_validator(mode="after")
     def _template_or_text(self) -> SendMessageRequest:
+        if (self.phone_number is None) == (self.user_id is None):
+            raise ValueError("give exactly one of 'phone_number' and 'user_id'")
         if (self.template is None) == (self.text is None):
             raise ValueError("give exactly one of 'template' and 'text'")
         if self.fallback_template is not None and self.text is None:
@@ -79,6 +93,7 @@ def message_view(message: Message, *, conversation_status: str) -> dict[str, Any
         "id": message.id,
         "channel_id": message.channel_id,
         "phone_number": message.phone_number,
+        "user_id": message.user_id,
         "status": message.status.value,
         "sent_as": message.sent_as.value if message.sent_as else None,
         "template": None,
@@ -87,7 +102,7 @@ def message_view(message: Message, *, conversation_status: str) -> dict[str, Any
         "cost": {
             "amount": format_amount(0 if failed else message.cost_micros),
             "currency": message.cost_currency,
-            "category": message.template_category,
+            "category": message.cost_category or message.template_category,
         },
         "batch_id": message.batch_id,
         "upstream_message_id": message.upstream_message_id,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -12,9 +11,15 @@ from wagate.accounts.auth import Principal
 from wagate.channels.service import channel_for_member
 from wagate.config import Settings
 from wagate.conversations.models import ConversationStatus
-from wagate.conversations.service import window_for
+from wagate.conversations.repository import marketing_stopped
+from wagate.conversations.service import Recipient, recipient_for, window_for
 from wagate.deps import Gateway
-from wagate.errors import MessageNotFound, TemplateParametersMismatch, WindowClosed
+from wagate.errors import (
+    MarketingPreferenceStopped,
+    MessageNotFound,
+    TemplateParametersMismatch,
+    WindowClosed,
+)
 from wagate.events.subscriptions import Subscriptions
 from wagate.events.urls import check_url
 from wagate.idempotency.service import IdempotentRequest, remember_accepted
@@ -22,6 +27,7 @@ from wagate.ids import new_id
 from wagate.lookups import Lookups
 from wagate.messages import repository
 from wagate.messages.models import BoundTemplate, PreparedSend, SentAs, SentMessage
+from wagate.messages.pricing import price_micros
 from wagate.messages.repository import store_send
 from wagate.messages.schemas import SendMessageRequest, StatusCallback, TemplateRef
 from wagate.outbox.models import ClaimedSend, Priority
@@ -44,12 +50,6 @@ async def bind_template(lookups: Lookups, *, channel_id: int, ref: TemplateRef, 
     return BoundTemplate(template, values, ref.parameters)
 
 
-def _price_micros(settings: Settings, category: str | None) -> int:
-    if category is None:
-        return 0
-    return int(settings.prices.get(category, Decimal(0)) * 1_000_000)
-
-
 def _encrypt_callback(callback: dict[str, Any] | None, box: SecretBox) -> dict[str, Any] | None:
     if callback is None:
         return None
@@ -69,9 +69,11 @@ async def prepare_send(
     settings: Settings,
     secret_box: SecretBox,
 ) -> PreparedSend:
-    """Run every check of API.md section 4 (404, 403, then each 422) without writing anything."""
+    """Run every check of API.md sections 4 and 13 (404, 403, then each 422) without writing anything."""
     channel = await lookups.channel(principal, request.channel_id)
-    phone_number = normalize_phone_number(str(request.phone_number))
+    phone_number = (
+        normalize_phone_number(str(request.phone_number)) if request.phone_number is not None else None
+    )
     fallback = None
     if request.fallback_template is not None:
         # Checked even while the window is open: a broken fallback shows now, not on the day it is needed.
@@ -81,15 +83,26 @@ async def prepare_send(
     bound: BoundTemplate | None = None
     if request.template is not None:
         bound = await bind_template(lookups, channel_id=channel.id, ref=request.template, field="template")
-    else:
+    category = _category(bound or fallback)
+    needs_window = request.template is None or category == "UTILITY"
+    recipient = Recipient(phone_number)
+    window_open = False
+    if request.user_id is not None or needs_window or category == "MARKETING":
         async with lookups.db.read() as session:
-            window = await window_for(
-                session, account_id=principal.account_id, channel_id=channel.id, phone_number=phone_number
+            recipient = await recipient_for(
+                session, account_id=principal.account_id, phone_number=phone_number, user_id=request.user_id
             )
-        if not window.open:
-            if fallback is None:
-                raise WindowClosed(details=[{"field": "text", "issue": "the 24-hour window is closed"}])
-            bound = fallback
+            if needs_window:
+                window = await window_for(
+                    session, account_id=principal.account_id, channel_id=channel.id, recipient=recipient
+                )
+                window_open = window.open
+            if request.template is None and not window_open:
+                if fallback is None:
+                    raise WindowClosed(details=[{"field": "text", "issue": "the 24-hour window is closed"}])
+                bound = fallback
+            if _category(bound) == "MARKETING":
+                await refuse_stopped_marketing(session, principal.account_id, channel.id, recipient)
 
     callback = await checked_callback(
         request.status_callback, lookups=lookups, settings=settings, box=secret_box
@@ -97,14 +110,38 @@ async def prepare_send(
     return build_send(
         account_id=principal.account_id,
         channel_id=channel.id,
-        phone_number=phone_number,
+        phone_number=recipient.phone_number,
+        user_id=recipient.user_id,
+        contact_id=recipient.contact_id,
         text=request.text,
         bound=bound,
         conversation_status=request.conversation_status,
         status_callback=callback,
         settings=settings,
         subscriptions=await lookups.subscriptions(),
+        # Meta does not charge a utility template while the customer's window is open.
+        free=bound is not None and _category(bound) == "UTILITY" and window_open,
     )
+
+
+def _category(bound: BoundTemplate | None) -> str | None:
+    return bound.template.category.upper() if bound is not None else None
+
+
+async def refuse_stopped_marketing(
+    session: AsyncSession, account_id: int, channel_id: int, recipient: Recipient
+) -> None:
+    """422 `marketing_preference_stopped` when the customer stopped marketing messages from the channel."""
+    stopped = await marketing_stopped(
+        session,
+        account_id=account_id,
+        channel_id=channel_id,
+        phone_numbers=[recipient.phone_number] if recipient.phone_number else [],
+        user_ids=[recipient.user_id] if recipient.user_id else [],
+    )
+    if stopped:
+        field = "user_id" if recipient.user_id else "phone_number"
+        raise MarketingPreferenceStopped(details=[{"field": field, "issue": "stopped marketing messages"}])
 
 
 async def checked_callback(
@@ -126,7 +163,7 @@ def build_send(
     *,
     account_id: int,
     channel_id: int,
-    phone_number: str,
+    phone_number: str | None,
     text: str | None,
     bound: BoundTemplate | None,
     conversation_status: str | None,
@@ -135,10 +172,14 @@ def build_send(
     subscriptions: Subscriptions,
     priority: Priority = Priority.single,
     batch_id: str | None = None,
+    user_id: str | None = None,
+    contact_id: int | None = None,
+    free: bool = False,
 ) -> PreparedSend:
-    """A checked send with its Cloud API body and price (a single message, or one of a batch)."""
+    """A checked send with its Cloud API body and price (a single message, or one of a batch). A send
+    to a user id names it as Meta's `recipient`, even when its number is known."""
     message_id = new_id("msg")
-    to = whatsapp_digits(phone_number)
+    to = user_id or whatsapp_digits(phone_number or "")
     if bound is None:
         assert text is not None
         upstream_body = text_message(to, text, message_id)
@@ -163,10 +204,12 @@ def build_send(
         upstream_body=upstream_body,
         conversation_status=ConversationStatus(conversation_status) if conversation_status else None,
         status_callback=status_callback,
-        cost_micros=_price_micros(settings, bound.template.category if bound else None),
+        cost_micros=0 if free else price_micros(settings.prices, bound.template.category if bound else None),
         currency=settings.currency,
         priority=priority,
         batch_id=batch_id,
+        user_id=user_id,
+        contact_id=contact_id,
     )
 
 

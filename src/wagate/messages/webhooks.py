@@ -11,18 +11,29 @@ from sqlalchemy import delete, or_, select
 from sqlalchemy.orm import Session
 
 from wagate.channels.models import Channel
-from wagate.conversations.models import ConversationStatus
-from wagate.conversations.repository import get_or_create_conversation
+from wagate.conversations.customers import Customers, learn_customers, phone_of_wa_id
+from wagate.conversations.models import USER_ID_LENGTH, ConversationStatus
+from wagate.conversations.repository import get_or_create_conversation, set_marketing_preferences
 from wagate.db import isoformat, utcnow
-from wagate.errors import InvalidPhoneNumber
 from wagate.events.publish import ConversationChange, publish_conversation_changes
 from wagate.events.subscriptions import Subscriptions
 from wagate.ids import new_id
 from wagate.messages.events import publish_messages_created, publish_status_changes
 from wagate.messages.models import Direction, Message, MessageStatus, ParkedStatus
+from wagate.messages.pricing import Prices, settle_cost
 from wagate.messages.status import StatusChange, apply_status
-from wagate.phones import normalize_phone_number
-from wagate.whatsapp.payloads import InboundMessage, StatusKind, StatusUpdate, parse_webhook
+from wagate.outbox.dead_letters import bury
+from wagate.whatsapp.payloads import (
+    ChangeValue,
+    CustomerRef,
+    InboundMessage,
+    OddItem,
+    Preference,
+    PreferenceUpdate,
+    StatusKind,
+    StatusUpdate,
+    parse_webhook,
+)
 
 log = logging.getLogger(__name__)
 
@@ -32,18 +43,9 @@ _STATUS = {
     StatusKind.READ: MessageStatus.read,
     StatusKind.FAILED: MessageStatus.failed,
 }
+# The dead letters' kind of a webhook item that could not be applied (`wagate dead-letters` shows them).
+ODD_WEBHOOK_ITEM = "meta_webhook_item"
 _ORDER = {MessageStatus.sent: 0, MessageStatus.delivered: 1, MessageStatus.read: 2, MessageStatus.failed: 3}
-
-
-def _messages_values(body: dict[str, Any]) -> list[dict[str, Any]]:
-    """The `value` of each change that `parse_webhook` reads, in its order: changes of other fields
-    (template updates, account alerts) have shapes of their own and nothing for messages."""
-    return [
-        change["value"]
-        for entry in body["entry"]
-        for change in entry["changes"]
-        if change.get("field", "messages") == "messages"
-    ]
 
 
 def _external_error(update: StatusUpdate) -> str | None:
@@ -83,21 +85,24 @@ class StatusesApplied:
 
 
 def apply_status_payloads(
-    session: Session, statuses: Sequence[tuple[int | None, dict[str, Any]]], *, park_unknown: bool = True
+    session: Session,
+    statuses: Sequence[tuple[int | None, StatusUpdate]],
+    *,
+    park_unknown: bool = True,
+    prices: Prices | None = None,
 ) -> StatusesApplied:
-    """Apply Meta status objects, each with the id of the channel it came for, to our messages;
-    statuses for wamids not known on their channel are parked. The caller settles the sends of
-    what it returns as `settled`."""
-    parsed: list[tuple[StatusUpdate, MessageStatus, int | None, dict[str, Any]]] = []
-    for channel_id, payload in statuses:
-        update = StatusUpdate.from_dict(payload)
-        status = _STATUS.get(update.status)
-        if status is not None:
-            parsed.append((update, status, channel_id, payload))
+    """Apply Meta statuses, each with the id of the channel it came for, to our messages; statuses
+    for wamids not known on their channel are parked. The caller settles the sends of what it
+    returns as `settled`. `prices`: what a category Meta names in `pricing` costs."""
+    parsed = [
+        (update, status, channel_id)
+        for channel_id, update in statuses
+        if (status := _STATUS.get(update.status)) is not None
+    ]
     if not parsed:
         return StatusesApplied()
-    wamids = {u.id for u, _, _, _ in parsed}
-    our_ids = {u.biz_opaque_callback_data for u, _, _, _ in parsed if u.biz_opaque_callback_data}
+    wamids = {u.id for u, _, _ in parsed}
+    our_ids = {u.biz_opaque_callback_data for u, _, _ in parsed if u.biz_opaque_callback_data}
     messages = list(
         session.scalars(
             select(Message).where(
@@ -111,7 +116,7 @@ def apply_status_payloads(
     changes: list[StatusChange] = []
     settled: list[str] = []
     # Oldest first, so that history reads in the order things happened when Meta's webhooks are reordered.
-    for update, status, channel_id, payload in sorted(parsed, key=lambda p: (p[0].timestamp, _ORDER[p[1]])):
+    for update, status, channel_id in sorted(parsed, key=lambda p: (p[0].timestamp, _ORDER[p[1]])):
         message = _match(update, channel_id, by_wamid, by_id)
         if message is None:
             if park_unknown:
@@ -119,7 +124,7 @@ def apply_status_payloads(
                     ParkedStatus(
                         upstream_message_id=update.id,
                         channel_id=channel_id,
-                        payload=payload,
+                        payload=update.payload,
                         received_at=utcnow(),
                     )
                 )
@@ -129,24 +134,39 @@ def apply_status_payloads(
             message.upstream_message_id = update.id
             by_wamid[update.id] = message
             settled.append(message.id)
+        _learn_recipient(message, update)
+        settle_cost(message, update, prices)
         change = apply_status(message, status, at=update.timestamp, external_error=_external_error(update))
         if change:
             changes.append(change)
     applied = StatusesApplied(changes, settled)
     if settled:
         session.flush()
-        applied.add(apply_parked_statuses(session, [by_id[m].upstream_message_id or "" for m in settled]))
+        wamids_settled = [by_id[m].upstream_message_id or "" for m in settled]
+        applied.add(apply_parked_statuses(session, wamids_settled, prices=prices))
     session.flush()
     return applied
 
 
-def apply_parked_statuses(session: Session, wamids: list[str]) -> StatusesApplied:
+def _learn_recipient(message: Message, update: StatusUpdate) -> None:
+    """A message to a number learns its customer's user id from its statuses, and one to a user id
+    its number, when Meta shows them (API.md section 13)."""
+    if message.user_id is None and update.recipient_user_id:
+        message.user_id = update.recipient_user_id[:USER_ID_LENGTH]
+    if message.phone_number is None and update.recipient_id:
+        message.phone_number = phone_of_wa_id(update.recipient_id)
+
+
+def apply_parked_statuses(
+    session: Session, wamids: list[str], *, prices: Prices | None = None
+) -> StatusesApplied:
     """Statuses that came before their send result: apply them now that the wamid is known."""
     parked = list(session.scalars(select(ParkedStatus).where(ParkedStatus.upstream_message_id.in_(wamids))))
     if not parked:
         return StatusesApplied()
     session.execute(delete(ParkedStatus).where(ParkedStatus.id.in_([p.id for p in parked])))
-    return apply_status_payloads(session, [(p.channel_id, p.payload) for p in parked], park_unknown=False)
+    updates = [(p.channel_id, StatusUpdate.from_dict(p.payload)) for p in parked]
+    return apply_status_payloads(session, updates, park_unknown=False, prices=prices)
 
 
 def store_inbound(
@@ -154,11 +174,12 @@ def store_inbound(
     *,
     channel: Channel,
     inbound: list[InboundMessage],
+    customers: Customers,
     subscriptions: Subscriptions | None = None,
 ) -> int:
     """A customer's messages: into the conversation, opening the 24-hour window and the conversation.
-
-    Returns how many events it wrote about them."""
+    A customer known by user id alone (a username) is the number's customer when the number was
+    learned for it (`customers`, from `learn_customers`). Returns how many events it wrote about them."""
     known = set(
         session.scalars(
             select(Message.upstream_message_id).where(
@@ -172,17 +193,16 @@ def store_inbound(
         if item.wamid in known:
             continue  # Meta delivers webhooks at least once
         known.add(item.wamid)
-        try:
-            phone_number = normalize_phone_number(item.from_, field="from")
-        except InvalidPhoneNumber:
-            phone_number = "+" + item.from_.lstrip("+")
+        phone = phone_of_wa_id(item.from_) if item.from_ else None
+        contact_id = customers.contact_of(phone_number=phone, user_id=item.user_id)
+        assert contact_id is not None  # learn_customers saw every message's customer
+        phone = customers.phone_of.get(contact_id, phone)
         conversation, created = get_or_create_conversation(
             session,
             account_id=channel.account_id,
             channel_id=channel.id,
-            phone_number=phone_number,
+            contact_id=contact_id,
             initial_status=ConversationStatus.open,
-            contact_name=item.profile_name,
         )
         previous = None if created else conversation.status.value
         if conversation.status is ConversationStatus.resolved:
@@ -192,9 +212,10 @@ def store_inbound(
                 channel.account_id,
                 conversation.id,
                 channel.id,
-                phone_number,
+                phone,
                 previous,
                 conversation.status.value,
+                user_id=item.user_id,
             )
         )
         last = conversation.last_customer_message_at
@@ -206,7 +227,8 @@ def store_inbound(
             channel_id=channel.id,
             conversation_id=conversation.id,
             direction=Direction.inbound,
-            phone_number=phone_number,
+            phone_number=phone,
+            user_id=item.user_id[:USER_ID_LENGTH] if item.user_id else None,
             status=MessageStatus.delivered,
             text=item.text if item.text is not None else f"[{item.type}]",
             upstream_message_id=item.wamid,
@@ -224,6 +246,37 @@ def store_inbound(
     )
 
 
+def _customers_named(change: ChangeValue) -> tuple[list[CustomerRef], list[CustomerRef]]:
+    """Whom a change names in a way worth learning: every customer who wrote or chose (customers of
+    the account from now on), and the recipients of statuses with a user id (a number alone teaches
+    nothing new), which teach only about customers the account has."""
+    writers = [m.customer for m in change.messages] + [p.customer for p in change.preferences]
+    recipients: list[CustomerRef] = []
+    if change.statuses:
+        recipients += [c for c in change.contacts if c.user_id]
+        recipients += [
+            CustomerRef(s.recipient_id or None, s.recipient_user_id)
+            for s in change.statuses
+            if s.recipient_user_id
+        ]
+    return writers, recipients
+
+
+def _bury_odd_items(session: Session, odd: list[OddItem]) -> None:
+    """Items no rule applies to, kept for an operator (`wagate dead-letters`) with the reason."""
+    if not odd:
+        return
+    log.warning("%d items of Meta webhooks could not be applied and were kept as dead letters", len(odd))
+    for item in odd:
+        bury(
+            session,
+            kind=ODD_WEBHOOK_ITEM,
+            payload={"phone_number_id": item.phone_number_id, "item": item.item},
+            error=item.reason,
+            reference=item.phone_number_id,
+        )
+
+
 @dataclass(frozen=True)
 class WebhooksApplied:
     events: int  # how many events it wrote (the event lane has work only when some were)
@@ -231,35 +284,78 @@ class WebhooksApplied:
 
 
 def process_webhook_bodies(
-    session: Session, bodies: list[dict[str, Any]], subscriptions: Subscriptions | None = None
+    session: Session,
+    bodies: list[dict[str, Any]],
+    subscriptions: Subscriptions | None = None,
+    *,
+    prices: Prices | None = None,
 ) -> WebhooksApplied:
     """Everything in a batch of stored Meta webhook bodies, in one transaction with its events.
 
     Each change names its channel by phone number id: what it says applies to that channel's messages
-    and conversations only; changes for a number no channel has are skipped."""
-    statuses: list[tuple[str, dict[str, Any]]] = []
-    inbound_by_number: dict[str, list[InboundMessage]] = {}
+    and conversations only. What cannot be applied (a change for a number no channel has, an item of a
+    shape not understood) is kept as a dead letter and the rest is applied (API.md section 13)."""
+    changes: list[ChangeValue] = []
+    odd: list[OddItem] = []
     for body in bodies:
-        # The receiver checked the shape with parse_webhook; the raw statuses are what gets parked.
-        for value, raw in zip(parse_webhook(body), _messages_values(body), strict=True):
-            statuses.extend((value.phone_number_id, status) for status in raw.get("statuses") or [])
-            if value.messages:
-                inbound_by_number.setdefault(value.phone_number_id, []).extend(value.messages)
-    numbers = {number for number, _ in statuses} | inbound_by_number.keys()
-    if not numbers:
-        return WebhooksApplied(0, [])
-    channels = {
-        c.phone_number_id: c
-        for c in session.scalars(select(Channel).where(Channel.phone_number_id.in_(sorted(numbers))))
-    }
-    if unknown := numbers - channels.keys():
-        log.warning(
-            "Meta webhooks for phone number ids of no channel skipped: %s", ", ".join(sorted(unknown))
+        parsed = parse_webhook(body)
+        changes += parsed.changes
+        odd += parsed.odd
+    numbers = {change.phone_number_id for change in changes}
+    channels = (
+        {
+            c.phone_number_id: c
+            for c in session.scalars(select(Channel).where(Channel.phone_number_id.in_(sorted(numbers))))
+        }
+        if numbers
+        else {}
+    )
+    odd += [
+        OddItem(
+            f"no channel has phone number id {change.phone_number_id}", change.raw, change.phone_number_id
         )
-    scoped = [(channels[number].id, status) for number, status in statuses if number in channels]
-    applied = apply_status_payloads(session, scoped)
+        for change in changes
+        if change.phone_number_id not in channels
+    ]
+    changes = [change for change in changes if change.phone_number_id in channels]
+    _bury_odd_items(session, odd)
+    if not changes:
+        return WebhooksApplied(0, [])
+    named: dict[int, tuple[list[CustomerRef], list[CustomerRef]]] = {}
+    for change in changes:
+        writers, recipients = named.setdefault(channels[change.phone_number_id].account_id, ([], []))
+        more_writers, more_recipients = _customers_named(change)
+        writers += more_writers
+        recipients += more_recipients
+    customers = {
+        account_id: learn_customers(session, account_id=account_id, refs=writers, known_only=recipients)
+        for account_id, (writers, recipients) in named.items()
+    }
+    scoped = [(channels[c.phone_number_id].id, status) for c in changes for status in c.statuses]
+    applied = apply_status_payloads(session, scoped, prices=prices)
     events = publish_status_changes(session, applied.changes, subscriptions)
-    for number, inbound in inbound_by_number.items():
-        if number in channels:
-            events += store_inbound(session, channel=channels[number], inbound=inbound)
+    inbound_by_channel: dict[str, list[InboundMessage]] = {}
+    for change in changes:
+        channel = channels[change.phone_number_id]
+        if change.messages:
+            inbound_by_channel.setdefault(change.phone_number_id, []).extend(change.messages)
+        if change.preferences:
+            _record_preferences(session, channel.id, change.preferences, customers[channel.account_id])
+    for number, inbound in inbound_by_channel.items():
+        channel = channels[number]
+        events += store_inbound(
+            session, channel=channel, inbound=inbound, customers=customers[channel.account_id]
+        )
     return WebhooksApplied(events, applied.settled)
+
+
+def _record_preferences(
+    session: Session, channel_id: int, preferences: tuple[PreferenceUpdate, ...], customers: Customers
+) -> None:
+    changes = []
+    for preference in preferences:
+        phone = phone_of_wa_id(preference.customer.wa_id) if preference.customer.wa_id else None
+        contact_id = customers.contact_of(phone_number=phone, user_id=preference.customer.user_id)
+        assert contact_id is not None  # learn_customers saw every preference's customer
+        changes.append((contact_id, preference.value is Preference.STOP, preference.timestamp))
+    set_marketing_preferences(session, channel_id=channel_id, changes=changes)

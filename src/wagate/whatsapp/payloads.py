@@ -110,6 +110,48 @@ def _errors(value: Any, where: str) -> tuple[ErrorInfo, ...]:
 
 
 @dataclass(frozen=True, slots=True)
+class CustomerRef:
+    """A customer as one webhook shows them (API.md section 13): the number (`wa_id`, hidden for
+    customers with a username), the business-scoped user id and what their profile shows."""
+
+    wa_id: str | None = None
+    user_id: str | None = None
+    parent_user_id: str | None = None
+    name: str | None = None
+    username: str | None = None
+
+    @classmethod
+    def from_contact(cls, data: dict[str, Any]) -> CustomerRef:
+        profile = data.get("profile")
+        profile = profile if isinstance(profile, dict) else {}
+        return cls(
+            wa_id=_id_str(data, "wa_id"),
+            user_id=_id_str(data, "user_id"),
+            parent_user_id=_id_str(data, "parent_user_id"),
+            name=_optional_str(profile, "name") or None,
+            username=_optional_str(profile, "username") or None,
+        )
+
+
+def _id_str(data: dict[str, Any], key: str) -> str | None:
+    """An identifier Meta sends as a string (numbers sometimes as JSON numbers); empty is none."""
+    value = data.get(key)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return value if isinstance(value, str) and value else None
+
+
+def _contact_for(
+    contacts: tuple[CustomerRef, ...], wa_id: str | None, user_id: str | None
+) -> CustomerRef | None:
+    """The sibling contact an item is about: by number, then by user id, then the only one there is."""
+    for contact in contacts:
+        if (wa_id and contact.wa_id == wa_id) or (user_id and contact.user_id == user_id):
+            return contact
+    return contacts[0] if len(contacts) == 1 else None
+
+
+@dataclass(frozen=True, slots=True)
 class StatusUpdate:
     id: str
     status: StatusKind
@@ -118,38 +160,65 @@ class StatusUpdate:
     biz_opaque_callback_data: str | None = None
     errors: tuple[ErrorInfo, ...] = ()
     pricing_category: str | None = None
+    # Meta's `pricing.billable`: False for what it does not charge (free_customer_service, ...).
+    billable: bool | None = None
     raw_status: str = ""
+    recipient_user_id: str | None = None
+    # The status as Meta sent it: kept when it must wait for its message (parked statuses).
+    payload: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> StatusUpdate:
+    def from_dict(cls, data: dict[str, Any], contacts: tuple[CustomerRef, ...] = ()) -> StatusUpdate:
+        """`contacts`: the change's contacts, where the recipient's user id may stand instead."""
         raw_status = _require_str(data, "status", "statuses[]")
+        recipient_id = _id_str(data, "recipient_id") or ""
+        user_id = _id_str(data, "recipient_user_id")
+        if user_id is None and recipient_id:
+            user_id = next((c.user_id for c in contacts if c.wa_id == recipient_id and c.user_id), None)
         pricing = data.get("pricing")
         category = _optional_str(pricing, "category") if isinstance(pricing, dict) else None
+        billable = pricing.get("billable") if isinstance(pricing, dict) else None
         return cls(
             id=_require_str(data, "id", "statuses[]"),
             status=StatusKind(raw_status),
             timestamp=parse_timestamp(data.get("timestamp"), "statuses[].timestamp"),
-            # Meta omits recipient_id on some group/edge statuses; an empty string keeps the type simple.
-            recipient_id=_optional_str(data, "recipient_id") or "",
+            # Meta omits recipient_id for a customer whose number it hides; "" keeps the type simple.
+            recipient_id=recipient_id,
             biz_opaque_callback_data=_optional_str(data, "biz_opaque_callback_data"),
             errors=_errors(data.get("errors"), "statuses[].errors"),
             pricing_category=category,
+            billable=billable if isinstance(billable, bool) else None,
             raw_status=raw_status,
+            recipient_user_id=user_id,
+            payload=data,
         )
 
 
 @dataclass(frozen=True, slots=True)
 class InboundMessage:
+    """A customer's message. `from_` (their number) is None for a customer with a username, who is
+    known by `user_id` alone."""
+
     wamid: str
-    from_: str
+    from_: str | None
     timestamp: datetime
     type: str
     text: str | None = None
-    profile_name: str | None = None
+    user_id: str | None = None
+    customer: CustomerRef = CustomerRef()
+
+    @property
+    def profile_name(self) -> str | None:
+        return self.customer.name
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], contacts: list[dict[str, Any]] | None = None) -> InboundMessage:
-        sender = _require_str(data, "from", "messages[]")
+    def from_dict(cls, data: dict[str, Any], contacts: tuple[CustomerRef, ...] = ()) -> InboundMessage:
+        sender = _id_str(data, "from")
+        contact = _contact_for(contacts, sender, _id_str(data, "from_user_id")) or CustomerRef()
+        sender = sender or contact.wa_id
+        user_id = _id_str(data, "from_user_id") or contact.user_id
+        if sender is None and user_id is None:
+            raise MalformedWebhook("messages[] names no customer: no from, from_user_id or contact user_id")
         text_obj = data.get("text")
         text = _optional_str(text_obj, "body") if isinstance(text_obj, dict) else None
         return cls(
@@ -158,23 +227,56 @@ class InboundMessage:
             timestamp=parse_timestamp(data.get("timestamp"), "messages[].timestamp"),
             type=_optional_str(data, "type") or "unknown",
             text=text,
-            profile_name=_profile_name(sender, contacts or []),
+            user_id=user_id,
+            customer=CustomerRef(sender, user_id, contact.parent_user_id, contact.name, contact.username),
         )
 
 
-def _profile_name(wa_id: str, contacts: list[dict[str, Any]]) -> str | None:
-    # contacts[] is a sibling of messages[]; match on wa_id, falling back to the only contact present.
-    chosen: dict[str, Any] | None = None
-    for contact in contacts:
-        if contact.get("wa_id") == wa_id:
-            chosen = contact
-            break
-    if chosen is None and len(contacts) == 1:
-        chosen = contacts[0]
-    if chosen is None:
-        return None
-    profile = chosen.get("profile")
-    return (_optional_str(profile, "name") or None) if isinstance(profile, dict) else None
+class Preference(StrEnum):
+    STOP = "stop"
+    RESUME = "resume"
+
+
+@dataclass(frozen=True, slots=True)
+class PreferenceUpdate:
+    """A customer's stop or resume of marketing messages (Meta's `user_preferences` webhook)."""
+
+    customer: CustomerRef
+    value: Preference
+    timestamp: datetime
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], contacts: tuple[CustomerRef, ...]) -> PreferenceUpdate | None:
+        """None for a preference of another category than marketing messages (nothing to apply)."""
+        if data.get("category") != "marketing_messages":
+            return None
+        wa_id, user_id = _id_str(data, "wa_id"), _id_str(data, "user_id")
+        if wa_id is None and user_id is None:
+            raise MalformedWebhook("user_preferences[] names no customer: no wa_id or user_id")
+        raw = data.get("value")
+        if raw not in ("stop", "resume"):
+            raise MalformedWebhook("user_preferences[].value must be 'stop' or 'resume'")
+        contact = _contact_for(contacts, wa_id, user_id) or CustomerRef()
+        customer = CustomerRef(
+            wa_id or contact.wa_id,
+            user_id or contact.user_id,
+            contact.parent_user_id,
+            contact.name,
+            contact.username,
+        )
+        return cls(
+            customer, Preference(raw), parse_timestamp(data.get("timestamp"), "user_preferences[].timestamp")
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class OddItem:
+    """A part of a webhook that cannot be applied (a shape not understood): kept for an operator with
+    the reason, while the rest of the body is applied."""
+
+    reason: str
+    item: Any
+    phone_number_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,48 +287,106 @@ class ChangeValue:
     statuses: tuple[StatusUpdate, ...] = ()
     messages: tuple[InboundMessage, ...] = ()
     errors: tuple[ErrorInfo, ...] = ()
+    contacts: tuple[CustomerRef, ...] = ()
+    preferences: tuple[PreferenceUpdate, ...] = ()
+    # The change's value as Meta sent it: what an operator sees when no channel has its number.
+    raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
-    def from_dict(cls, value: dict[str, Any], waba_id: str | None = None) -> ChangeValue:
+    def from_dict(
+        cls, value: dict[str, Any], waba_id: str | None = None, *, odd: list[OddItem] | None = None
+    ) -> ChangeValue:
+        """The change's items; each item that cannot be read goes to `odd` (or raises without it)."""
         metadata = _require_dict(value.get("metadata"), "value.metadata")
-        contacts = _list_of_dicts(value.get("contacts"), "value.contacts")
+        number = _require_str(metadata, "phone_number_id", "value.metadata")
+        contacts = tuple(
+            CustomerRef.from_contact(c) for c in _list_of_dicts(value.get("contacts"), "value.contacts")
+        )
+
+        def each(key: str, read: Any) -> list[Any]:
+            items = value.get(key)
+            if items is None:
+                return []
+            if not isinstance(items, list):
+                return _odd_or_raise(odd, f"value.{key} must be a list", items, number)
+            result = []
+            for item in items:
+                try:
+                    parsed = read(_require_dict(item, f"{key}[]"))
+                except MalformedWebhook as exc:
+                    _odd_or_raise(odd, str(exc), item, number)
+                    continue
+                if parsed is not None:
+                    result.append(parsed)
+            return result
+
         return cls(
-            phone_number_id=_require_str(metadata, "phone_number_id", "value.metadata"),
+            phone_number_id=number,
             display_phone_number=_optional_str(metadata, "display_phone_number"),
             waba_id=waba_id,
-            statuses=tuple(
-                StatusUpdate.from_dict(s) for s in _list_of_dicts(value.get("statuses"), "value.statuses")
-            ),
-            messages=tuple(
-                InboundMessage.from_dict(m, contacts)
-                for m in _list_of_dicts(value.get("messages"), "value.messages")
-            ),
-            errors=_errors(value.get("errors"), "value.errors"),
+            statuses=tuple(each("statuses", lambda item: StatusUpdate.from_dict(item, contacts))),
+            messages=tuple(each("messages", lambda m: InboundMessage.from_dict(m, contacts))),
+            errors=_errors(value.get("errors"), "value.errors")
+            if isinstance(value.get("errors"), list)
+            else (),
+            contacts=contacts,
+            preferences=tuple(each("user_preferences", lambda p: PreferenceUpdate.from_dict(p, contacts))),
+            raw=value,
         )
 
 
-def parse_webhook(body: Any) -> list[ChangeValue]:
-    """Every ``messages`` change in a webhook body, in order.
+def _odd_or_raise(odd: list[OddItem] | None, reason: str, item: Any, number: str | None) -> list[Any]:
+    if odd is None:
+        raise MalformedWebhook(reason)
+    odd.append(OddItem(reason, item, number))
+    return []
 
-    Changes of other fields (template status updates, account alerts) are skipped: they carry no
-    phone number and nothing for the message pipeline.
-    """
-    root = _require_dict(body, "body")
-    entries = root.get("entry")
-    if not isinstance(entries, list):
+
+# The fields whose changes carry something for the gateway; others (template status updates, account
+# alerts) have shapes of their own and are skipped.
+APPLIED_FIELDS = ("messages", "user_preferences")
+
+
+@dataclass(frozen=True, slots=True)
+class Webhook:
+    changes: tuple[ChangeValue, ...]
+    odd: tuple[OddItem, ...] = ()
+
+
+def check_envelope(body: Any) -> None:
+    """Raise MalformedWebhook for a body that is no Meta webhook at all: not an object, no `entry` list."""
+    if not isinstance(body, dict):
+        raise MalformedWebhook("body must be an object")
+    if not isinstance(body.get("entry"), list):
         raise MalformedWebhook("body.entry must be a list")
-    result: list[ChangeValue] = []
-    for entry in _list_of_dicts(entries, "body.entry"):
-        changes = entry.get("changes")
-        if not isinstance(changes, list):
-            raise MalformedWebhook("entry[].changes must be a list")
-        waba_id = entry.get("id")
-        for change in _list_of_dicts(changes, "entry[].changes"):
-            if change.get("field", "messages") != "messages":
+
+
+def parse_webhook(body: Any) -> Webhook:
+    """Every change of the fields the gateway applies, in order, and every item that could not be read.
+
+    Only a body that is no Meta webhook at all (not an object, no `entry` list) raises
+    MalformedWebhook: one unexpected item must not cost the rest of the body (API.md section 13)."""
+    check_envelope(body)
+    entries = body["entry"]
+    changes: list[ChangeValue] = []
+    odd: list[OddItem] = []
+    for entry in entries:
+        if not isinstance(entry, dict) or not isinstance(entry.get("changes"), list):
+            odd.append(OddItem("entry[] must be an object with a list of changes", entry))
+            continue
+        waba_id = _id_str(entry, "id")
+        for change in entry["changes"]:
+            if not isinstance(change, dict):
+                odd.append(OddItem("entry[].changes[] must be an object", change))
                 continue
-            value = _require_dict(change.get("value"), "changes[].value")
-            result.append(ChangeValue.from_dict(value, str(waba_id) if waba_id is not None else None))
-    return result
+            if change.get("field", "messages") not in APPLIED_FIELDS:
+                continue
+            try:
+                value = _require_dict(change.get("value"), "changes[].value")
+                changes.append(ChangeValue.from_dict(value, waba_id, odd=odd))
+            except MalformedWebhook as exc:
+                odd.append(OddItem(str(exc), change))
+    return Webhook(tuple(changes), tuple(odd))
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,27 +448,35 @@ class TemplateRecord:
 # --- builders for the send request ----------------------------------------------------------
 
 
-def _base_message(to_digits: str, biz_opaque_callback_data: str | None) -> dict[str, Any]:
-    message: dict[str, Any] = {
-        "messaging_product": "whatsapp",
-        "recipient_type": "individual",
+def _base_message(to: str, biz_opaque_callback_data: str | None) -> dict[str, Any]:
+    """`to` is a number (E.164 or digits) or a business-scoped user id: since 2026 Meta takes the
+    latter as `recipient` in place of `to` (API.md section 13)."""
+    message: dict[str, Any] = {"messaging_product": "whatsapp", "recipient_type": "individual"}
+    if is_user_id(to):
+        message["recipient"] = to
+    else:
         # Meta wants the number with country code and no '+'.
-        "to": to_digits.lstrip("+"),
-    }
+        message["to"] = to.lstrip("+")
     if biz_opaque_callback_data is not None:
         message["biz_opaque_callback_data"] = biz_opaque_callback_data
     return message
 
 
-def text_message(to_digits: str, body: str, biz_opaque_callback_data: str | None = None) -> dict[str, Any]:
-    message = _base_message(to_digits, biz_opaque_callback_data)
+def is_user_id(value: str) -> bool:
+    """A business-scoped user id (`AZ.1349...`, `AZ.ENT.1181...`) rather than a phone number: only
+    user ids have a dot."""
+    return "." in value
+
+
+def text_message(to: str, body: str, biz_opaque_callback_data: str | None = None) -> dict[str, Any]:
+    message = _base_message(to, biz_opaque_callback_data)
     message["type"] = "text"
     message["text"] = {"body": body}
     return message
 
 
 def template_message(
-    to_digits: str,
+    to: str,
     name: str,
     language: str,
     components: list[dict[str, Any]] | None = None,
@@ -317,7 +485,7 @@ def template_message(
     template: dict[str, Any] = {"name": name, "language": {"code": language}}
     if components:
         template["components"] = components
-    message = _base_message(to_digits, biz_opaque_callback_data)
+    message = _base_message(to, biz_opaque_callback_data)
     message["type"] = "template"
     message["template"] = template
     return message

@@ -20,7 +20,7 @@ from wagate.limits import ESCAPED_CONTROL_CHARACTER, without_control_characters
 from wagate.outbox.models import JobKind, OutboxJob, Priority, outbox_row
 from wagate.outbox.notify import notify_outbox
 from wagate.responses import FastJSONResponse as JSONResponse
-from wagate.whatsapp.payloads import MalformedWebhook, parse_webhook
+from wagate.whatsapp.payloads import MalformedWebhook, check_envelope
 from wagate.whatsapp.signature import verify
 
 log = logging.getLogger(__name__)
@@ -68,9 +68,10 @@ async def receive(request: Request) -> Response:
         return _error(401, "unauthorized", "The X-Hub-Signature-256 signature is missing or wrong.")
     try:
         body = orjson.loads(raw)
-        if not isinstance(body, dict):
-            raise MalformedWebhook("the body is not a JSON object")
-        parse_webhook(body)
+        # Only the envelope is judged here: an item that cannot be applied is kept for an operator
+        # when the body is applied, and the rest goes on (API.md section 13). A 400 makes Meta retry
+        # the whole body for days and may disable the webhook.
+        check_envelope(body)
     except (orjson.JSONDecodeError, MalformedWebhook) as exc:
         return _error(400, "invalid_request", f"The body is not a WhatsApp webhook: {exc}")
     if ESCAPED_CONTROL_CHARACTER.search(raw):

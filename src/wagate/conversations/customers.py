@@ -1,0 +1,211 @@
+"""Customers as Meta shows them since 2026 (API.md section 13): a number, business-scoped user ids, or both.
+
+Every status and customer message may name a customer by number (`wa_id`), by user id, or by both. The
+gateway learns the pair wherever Meta shows it, so that a customer who later hides their number behind
+a username is still the number's customer: the same conversation, the same window.
+
+The rules, in one place:
+- a user id seen with a number belongs to that number's contact (made when new);
+- a user id never seen before, without a number, starts a contact of its own (no number);
+- such a contact that later shows its number takes the number, unless the number already has a
+  contact: then the user id moves to that one, and what was said before stays where it was;
+- names and usernames are kept as Meta last showed them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from wagate.conversations.models import (
+    CONTACT_NAME_LENGTH,
+    PHONE_NUMBER_LENGTH,
+    USER_ID_LENGTH,
+    USERNAME_LENGTH,
+    Contact,
+    CustomerId,
+)
+from wagate.conversations.repository import insert_customer_id, upsert_contact
+from wagate.db import utcnow
+from wagate.errors import InvalidPhoneNumber
+from wagate.phones import normalize_phone_number
+from wagate.whatsapp.payloads import CustomerRef
+
+
+def phone_of_wa_id(wa_id: str) -> str:
+    """The E.164 number of Meta's `wa_id` (digits), kept as given when it does not parse: a
+    customer's message is stored even when their number is one `phonenumbers` does not know yet."""
+    try:
+        return normalize_phone_number(wa_id, field="wa_id")
+    except InvalidPhoneNumber:
+        # Cut to what the column holds: no number of Meta's is this long, and a row that does not fit
+        # would fail the whole batch of webhooks with it.
+        return ("+" + wa_id.lstrip("+"))[:PHONE_NUMBER_LENGTH]
+
+
+@dataclass
+class Customers:
+    """The contacts of the customers one round of webhooks named, by user id and by number."""
+
+    by_user_id: dict[str, int] = field(default_factory=dict)
+    by_phone: dict[str, int] = field(default_factory=dict)
+    phone_of: dict[int, str | None] = field(default_factory=dict)
+
+    def contact_of(self, *, phone_number: str | None, user_id: str | None) -> int | None:
+        if user_id is not None and user_id in self.by_user_id:
+            return self.by_user_id[user_id]
+        return self.by_phone.get(phone_number) if phone_number else None
+
+
+def _clip(value: str | None, length: int) -> str | None:
+    return value[:length] if value else None
+
+
+def learn_customers(
+    session: Session,
+    *,
+    account_id: int,
+    refs: Iterable[CustomerRef],
+    known_only: Iterable[CustomerRef] = (),
+) -> Customers:
+    """Record what `refs` show about the account's customers (see the module's rules) and return their
+    contacts. `known_only`: sightings that teach about customers the account already has (statuses:
+    another tool sending from the same number must not fill the account with strangers). A handful
+    of statements for any number of them; none is written when nothing is new."""
+    sightings: dict[str, CustomerRef] = {}
+    may_create: set[str] = set()
+    for ref, creates in [(ref, True) for ref in refs] + [(ref, False) for ref in known_only]:
+        if ref.user_id is not None and len(ref.user_id) > USER_ID_LENGTH:
+            ref = CustomerRef(ref.wa_id, None, None, ref.name, ref.username)  # not a user id of Meta's
+        key = ref.user_id or ref.wa_id
+        if key is None:
+            continue
+        if creates:
+            may_create.add(key)
+        phone = phone_of_wa_id(ref.wa_id) if ref.wa_id else None
+        seen = sightings.get(key)
+        # Several items about one customer in a batch: keep the most each one showed.
+        sightings[key] = CustomerRef(
+            phone or (seen.wa_id if seen else None),
+            ref.user_id,
+            _clip(ref.parent_user_id, USER_ID_LENGTH) or (seen.parent_user_id if seen else None),
+            _clip(ref.name, CONTACT_NAME_LENGTH) or (seen.name if seen else None),
+            _clip(ref.username, USERNAME_LENGTH) or (seen.username if seen else None),
+        )
+    customers = Customers()
+    if not sightings:
+        return customers
+    user_ids = {s.user_id for s in sightings.values() if s.user_id}
+    phones = {s.wa_id for s in sightings.values() if s.wa_id}
+    known: dict[str, int] = {}
+    if user_ids:
+        known = dict(
+            session.execute(
+                select(CustomerId.user_id, CustomerId.contact_id).where(
+                    CustomerId.account_id == account_id, CustomerId.user_id.in_(user_ids)
+                )
+            ).all()
+        )
+    contacts = {
+        contact.id: contact
+        for contact in session.scalars(
+            select(Contact).where(
+                Contact.account_id == account_id,
+                Contact.id.in_(set(known.values())) | Contact.phone_number.in_(phones),
+            )
+        )
+    }
+    by_phone = {c.phone_number: c.id for c in contacts.values() if c.phone_number}
+    for key, sighting in sightings.items():
+        if key not in may_create and sighting.user_id not in known and sighting.wa_id not in by_phone:
+            continue
+        contact_id = known.get(sighting.user_id) if sighting.user_id else None
+        phone = sighting.wa_id
+        if phone is not None:
+            number_contact = by_phone.get(phone)
+            if (
+                number_contact is None
+                and contact_id is not None
+                and contacts[contact_id].phone_number is None
+            ):
+                # A customer known by user id alone shows their number: it is theirs.
+                contacts[contact_id].phone_number = phone
+                number_contact = contact_id
+            elif number_contact is None:
+                number_contact = upsert_contact(session, account_id=account_id, phone_number=phone)
+                contacts[number_contact] = session.get_one(Contact, number_contact)
+            by_phone[phone] = number_contact
+            if sighting.user_id is not None and contact_id != number_contact:
+                _bind_user_id(session, account_id, sighting, number_contact, moving=contact_id is not None)
+            contact_id = number_contact
+        elif contact_id is None:
+            assert sighting.user_id is not None  # keyed by user id or by number
+            contact_id = _contact_of_new_user_id(session, account_id, sighting)
+            contacts[contact_id] = session.get_one(Contact, contact_id)
+        if sighting.user_id is not None:
+            known[sighting.user_id] = contact_id
+        contact = contacts[contact_id]
+        if sighting.name and contact.name != sighting.name:
+            contact.name = sighting.name
+        if sighting.username and contact.username != sighting.username:
+            contact.username = sighting.username
+    session.flush()
+    customers.by_user_id = known
+    customers.by_phone = by_phone
+    customers.phone_of = {contact_id: contacts[contact_id].phone_number for contact_id in known.values()}
+    customers.phone_of |= {contact_id: phone for phone, contact_id in by_phone.items()}
+    return customers
+
+
+def _bind_user_id(
+    session: Session, account_id: int, sighting: CustomerRef, contact_id: int, *, moving: bool
+) -> None:
+    assert sighting.user_id is not None
+    if moving:
+        session.execute(
+            update(CustomerId)
+            .where(CustomerId.account_id == account_id, CustomerId.user_id == sighting.user_id)
+            .values(contact_id=contact_id)
+        )
+    elif not insert_customer_id(
+        session,
+        account_id=account_id,
+        user_id=sighting.user_id,
+        parent_user_id=sighting.parent_user_id,
+        contact_id=contact_id,
+    ):
+        # Another writer bound it meanwhile (PostgreSQL, two workers): the number decides.
+        session.execute(
+            update(CustomerId)
+            .where(CustomerId.account_id == account_id, CustomerId.user_id == sighting.user_id)
+            .values(contact_id=contact_id)
+        )
+
+
+def _contact_of_new_user_id(session: Session, account_id: int, sighting: CustomerRef) -> int:
+    """A contact without a number for a user id never seen; the one another writer made meanwhile
+    when it won the race."""
+    assert sighting.user_id is not None
+    contact = Contact(account_id=account_id, phone_number=None, created_at=utcnow())
+    session.add(contact)
+    session.flush()
+    if insert_customer_id(
+        session,
+        account_id=account_id,
+        user_id=sighting.user_id,
+        parent_user_id=sighting.parent_user_id,
+        contact_id=contact.id,
+    ):
+        return contact.id
+    session.delete(contact)
+    session.flush()
+    winner = session.scalar(
+        select(CustomerId.contact_id).where(
+            CustomerId.account_id == account_id, CustomerId.user_id == sighting.user_id
+        )
+    )
+    assert winner is not None
+    return winner
