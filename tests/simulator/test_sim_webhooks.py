@@ -60,7 +60,7 @@ def test_sent_then_delivered_in_metas_envelope(harness: Harness) -> None:
     }
     assert status["conversation"]["origin"] == {"type": "authentication"}
     # The gateway's own parser reads it.
-    [parsed] = parse_webhook(body)
+    [parsed] = parse_webhook(body).changes
     assert parsed.statuses[0].status is StatusKind.SENT
     assert parsed.statuses[0].biz_opaque_callback_data == "msg_9"
     assert harness.receiver.bad_signatures == 0
@@ -179,7 +179,7 @@ def test_inbound_customer_message(harness: Harness) -> None:
             "type": "text",
         }
     ]
-    [change] = parse_webhook(body)
+    [change] = parse_webhook(body).changes
     [message] = change.messages
     assert (message.from_, message.text, message.profile_name, message.wamid) == (
         TO,
@@ -224,3 +224,22 @@ def test_webhook_url_set_later_still_gets_pending_statuses(harness: Harness) -> 
     )
     harness.control("POST", "/_sim/config", json={"webhook_url": url})
     harness.receiver.wait_for(lambda r: len(r.statuses(wamid)) == 2)
+
+
+def test_a_utility_template_in_the_customers_window_is_not_billable(harness: Harness) -> None:
+    other = "994551234567"
+    harness.control(
+        "POST", "/_sim/inbound", json={"phone_number_id": PHONE_NUMBER_ID, "from": "+" + TO, "text": "hi"}
+    )
+    order = ["A-1", "shipped"]
+    components = [{"type": "body", "parameters": [{"type": "text", "text": value} for value in order]}]
+    in_window = sent_wamid(harness, template_message(TO, "order_update", "en", components))
+    outside = sent_wamid(harness, template_message(other, "order_update", "en", components))
+    harness.receiver.wait_for(lambda r: r.statuses(in_window) and r.statuses(outside))
+    assert harness.receiver.statuses(in_window)[0]["pricing"] == {
+        "billable": False,
+        "pricing_model": "PMP",
+        "type": "free_customer_service",
+        "category": "utility",
+    }
+    assert harness.receiver.statuses(outside)[0]["pricing"]["billable"] is True

@@ -134,13 +134,11 @@ def build_customer_router(state: SimulatorState, sender: WebhookSender) -> APIRo
         if body.username is not None:
             customer.username = body.username
         wamid = new_wamid(customer.wa_id if customer.phone_visible and customer.wa_id else customer.user_id)
+        timestamp = body.timestamp if body.timestamp is not None else int(time.time())
+        key = (channel.phone_number_id, customer.user_id)
+        state.last_inbound[key] = max(timestamp, state.last_inbound.get(key, 0))
         payload = inbound_payload(
-            channel,
-            customer,
-            wamid=wamid,
-            text=body.text,
-            name=body.name,
-            timestamp=body.timestamp if body.timestamp is not None else int(time.time()),
+            channel, customer, wamid=wamid, text=body.text, name=body.name, timestamp=timestamp
         )
         delivered = await sender.deliver_now(payload)
         return {"wamid": wamid, "delivered": delivered, "user_id": customer.user_id}

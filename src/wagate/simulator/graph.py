@@ -131,6 +131,8 @@ def build_graph_router(state: SimulatorState, sender: WebhookSender) -> APIRoute
                 recipient=recipient,
                 biz_opaque_callback_data=valid.biz_opaque_callback_data,
                 pricing_category=category,
+                free_in_window=category == "utility"
+                and state.window_open(phone_number_id, customer.user_id, wall),
             )
         if fault is Fault.SLOW or injected == 408:
             # The message went out; only the reply is late, which is what a client timeout looks like.

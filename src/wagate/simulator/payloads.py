@@ -104,6 +104,7 @@ def status_update(
     pricing_category: str | None = None,
     errors: list[dict[str, Any]] | None = None,
     timestamp: int | None = None,
+    free_in_window: bool = False,
 ) -> StatusUpdate:
     ts = int(time.time()) if timestamp is None else timestamp
     item: dict[str, Any] = {"id": wamid, "status": status, "timestamp": str(ts)}
@@ -117,8 +118,9 @@ def status_update(
     if errors:
         item["errors"] = errors
     elif status in ("sent", "delivered") and pricing_category is not None:
-        # Per-message pricing (PMP): service replies inside the window are free.
-        billable = pricing_category != "service"
+        # Per-message pricing (PMP): service replies inside the window are free, and so are utility
+        # templates sent while the customer's window is open.
+        billable = pricing_category != "service" and not free_in_window
         conversation_key = wa_id or recipient.customer.user_id
         item["conversation"] = {
             "id": _conversation_id(conversation_key, pricing_category),

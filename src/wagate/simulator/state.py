@@ -138,6 +138,9 @@ class SimulatorState:
         self.wamid_next: dict[str, str] = {}
         self.counters = WebhookCounters()
         self.customers = CustomerBook()
+        # (phone number id, customer user id) -> Unix time of the customer's last message: their
+        # 24-hour window, in which Meta does not charge utility templates.
+        self.last_inbound: dict[tuple[str, str], float] = {}
 
     def reset(self) -> None:
         """Back to the startup behaviour; the webhook URL and registered channels are wiring and stay."""
@@ -152,6 +155,11 @@ class SimulatorState:
         self.wamid_next.clear()
         self.counters = WebhookCounters()
         self.customers.clear()  # usernames go; the numbers keep their derived user ids
+        self.last_inbound.clear()
+
+    def window_open(self, phone_number_id: str, user_id: str, now: float) -> bool:
+        last = self.last_inbound.get((phone_number_id, user_id))
+        return last is not None and now - last < 24 * 3600
 
     def channel(self, phone_number_id: str) -> ChannelInfo:
         """The registered channel, or one made up on the fly (its WABA id is the phone number id)."""

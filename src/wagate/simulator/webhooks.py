@@ -151,6 +151,7 @@ class WebhookSender:
         recipient: Recipient,
         biz_opaque_callback_data: str | None,
         pricing_category: str | None,
+        free_in_window: bool = False,
     ) -> None:
         config = self.state.config
         ordered = steps
@@ -175,6 +176,7 @@ class WebhookSender:
                     status=step.status,
                     biz_opaque_callback_data=biz_opaque_callback_data,
                     pricing_category=pricing_category,
+                    free_in_window=free_in_window,
                     errors=[error_item(*step.error)] if step.error else None,
                 )
                 for _ in range(copies):
