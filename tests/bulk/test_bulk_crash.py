@@ -107,7 +107,7 @@ def read_batch(http: httpx.Client, gateway: GatewayProcess, provisioned: Provisi
 def upstream(simulator: Simulator, batch: Batch) -> list[dict[str, Any]]:
     """The batch's sends the simulator accepted, oldest first."""
     wanted = batch.digits()
-    return [e for e in sim_sends(simulator, batch.phone_number_id) if e["to"].lstrip("+") in wanted]
+    return [e for e in sim_sends(simulator, batch.phone_number_id) if (e["to"] or "").lstrip("+") in wanted]
 
 
 @dataclass
@@ -147,7 +147,7 @@ def check_batch_recovered(
                 what="the batch to be completed",
             )
             wait_for(
-                lambda: wanted <= {e["to"].lstrip("+") for e in upstream(simulator, batch)},
+                lambda: wanted <= {(e["to"] or "").lstrip("+") for e in upstream(simulator, batch)},
                 timeout=timeout,
                 interval=0.1,
                 what="every number of the batch at the simulator",
@@ -160,7 +160,7 @@ def check_batch_recovered(
                 what="the outbox to hold no send rows",
             )
         except AssertionError:
-            seen = Counter(e["to"].lstrip("+") for e in upstream(simulator, batch))
+            seen = Counter((e["to"] or "").lstrip("+") for e in upstream(simulator, batch))
             view = read_batch(http, gateway, provisioned, batch)
             print(
                 f"missing {len(wanted - set(seen))} of {len(wanted)}: {sorted(wanted - set(seen))[:10]}; "
@@ -170,7 +170,7 @@ def check_batch_recovered(
             raise
 
         entries = upstream(simulator, batch)
-        per_number = Counter(e["to"].lstrip("+") for e in entries)
+        per_number = Counter((e["to"] or "").lstrip("+") for e in entries)
         doubled = {n: c for n, c in per_number.items() if c > 1}
         times = [e["received_monotonic"] for e in entries]
         print(
@@ -186,7 +186,7 @@ def check_batch_recovered(
         assert view["status"] == "completed" and view["completed_at"] is not None, view
         assert (view["total"], view["accepted"], view["rejected"]) == (len(wanted), len(wanted), 0)
         assert view["counts"]["pending"] == view["counts"]["failed"] == view["counts"]["rejected"] == 0
-        by_number = {e["to"].lstrip("+"): e for e in entries}
+        by_number = {(e["to"] or "").lstrip("+"): e for e in entries}
         recipients = view["recipients"]
         assert [r["phone_number"] for r in recipients] == batch.numbers  # request order
         base = f"{gateway.url}/v1/accounts/{provisioned.account_id}/whatsapp/messages"

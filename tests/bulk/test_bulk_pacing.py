@@ -139,8 +139,8 @@ def batch_sends(simulator: Simulator, batch: Batch) -> list[dict[str, Any]]:
 
     def all_sent() -> list[dict[str, Any]] | None:
         entries = sim_sends(simulator, batch.channel["phone_number_id"])
-        ours = [e for e in entries if e["to"].lstrip("+") in wanted]
-        return ours if {e["to"].lstrip("+") for e in ours} == wanted else None
+        ours = [e for e in entries if (e["to"] or "").lstrip("+") in wanted]
+        return ours if {(e["to"] or "").lstrip("+") for e in ours} == wanted else None
 
     entries = wait_for(all_sent, timeout=10, interval=0.1, what="every number of the batch at the simulator")
     doubled = {n: c for n, c in Counter(e["to"] for e in entries).items() if c > 1}

@@ -20,7 +20,11 @@ def error_of(response: Any, status: int = 422) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("body", "field"),
     [
-        ({"template": OTP}, "phone_number"),
+        # Exactly one of phone_number and user_id (API.md section 13): the body names both.
+        ({"template": OTP}, "body"),
+        ({"phone_number": "+994551234567", "user_id": "AZ.13491208655302741918", "template": OTP}, "body"),
+        ({"user_id": "13491208655302741918", "template": OTP}, "user_id"),
+        ({"user_id": "AZ.1349 1208", "template": OTP}, "user_id"),
         ({"phone_number": "+994551234567"}, "body"),
         ({"phone_number": "+994551234567", "template": OTP, "text": "hi"}, "body"),
         ({"phone_number": "+994551234567", "text": ""}, "text"),

@@ -30,7 +30,7 @@ def load(name: str) -> dict[str, Any]:
 
 
 def test_sent_status() -> None:
-    [change] = parse_webhook(load("status_sent.json"))
+    [change] = parse_webhook(load("status_sent.json")).changes
     assert change.phone_number_id == "106540352242922"
     assert change.waba_id == "102290129340398"
     assert change.display_phone_number == "15550783881"
@@ -47,7 +47,7 @@ def test_sent_status() -> None:
 
 
 def test_failed_status_and_unknown_status_kind() -> None:
-    [change] = parse_webhook(load("status_failed.json"))
+    [change] = parse_webhook(load("status_failed.json")).changes
     failed, played = change.statuses
     assert failed.status is StatusKind.FAILED
     [error] = failed.errors
@@ -62,7 +62,7 @@ def test_failed_status_and_unknown_status_kind() -> None:
 
 
 def test_inbound_text_with_profile_name_and_other_fields_skipped() -> None:
-    changes = parse_webhook(load("inbound_text.json"))
+    changes = parse_webhook(load("inbound_text.json")).changes
     assert len(changes) == 1  # the template status change is not a "messages" change
     [message] = changes[0].messages
     assert message.from_ == "994501234567"
@@ -78,51 +78,153 @@ def test_status_kind_is_case_insensitive_and_total() -> None:
 
 
 @pytest.mark.parametrize(
-    "body",
-    [
-        [],
-        {"object": "whatsapp_business_account"},
-        {"entry": {}},
-        {"entry": [{"changes": "x"}]},
-        {"entry": [{"changes": [{"field": "messages", "value": {"statuses": []}}]}]},
-        {"entry": [{"changes": [{"field": "messages", "value": {"metadata": {}}}]}]},
-        {
-            "entry": [
-                {
-                    "changes": [
-                        {
-                            "field": "messages",
-                            "value": {"metadata": {"phone_number_id": "1"}, "statuses": [{"id": "w"}]},
-                        }
-                    ]
-                }
-            ]
-        },
-        {
-            "entry": [
-                {
-                    "changes": [
-                        {
-                            "field": "messages",
-                            "value": {
-                                "metadata": {"phone_number_id": "1"},
-                                "statuses": [{"id": "w", "status": "sent", "timestamp": "soon"}],
-                            },
-                        }
-                    ]
-                }
-            ]
-        },
-    ],
+    "body", [[], "x", {"object": "whatsapp_business_account"}, {"entry": {}}, {"entry": "x"}]
 )
-def test_malformed_bodies(body: Any) -> None:
+def test_only_a_body_that_is_no_webhook_at_all_raises(body: Any) -> None:
     with pytest.raises(MalformedWebhook):
         parse_webhook(body)
     assert issubclass(MalformedWebhook, ValueError)
 
 
+def _messages_change(value: dict[str, Any]) -> dict[str, Any]:
+    return {"entry": [{"id": "1", "changes": [{"field": "messages", "value": value}]}]}
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        ({"entry": [{"changes": "x"}]}, "entry[] must be an object with a list of changes"),
+        ({"entry": [{"changes": [7]}]}, "entry[].changes[] must be an object"),
+        (_messages_change({"statuses": []}), "value.metadata must be an object"),
+        (_messages_change({"metadata": {}}), "value.metadata.phone_number_id must be a non-empty string"),
+        (
+            _messages_change({"metadata": {"phone_number_id": "1"}, "statuses": [{"id": "w"}]}),
+            "statuses[].status must be a non-empty string",
+        ),
+        (
+            _messages_change(
+                {
+                    "metadata": {"phone_number_id": "1"},
+                    "statuses": [{"id": "w", "status": "sent", "timestamp": "soon"}],
+                }
+            ),
+            "statuses[].timestamp must be Unix seconds",
+        ),
+        (
+            _messages_change(
+                {"metadata": {"phone_number_id": "1"}, "messages": [{"id": "wamid.1", "timestamp": "1"}]}
+            ),
+            "messages[] names no customer: no from, from_user_id or contact user_id",
+        ),
+        (
+            _messages_change({"metadata": {"phone_number_id": "1"}, "statuses": {"id": "w"}}),
+            "value.statuses must be a list",
+        ),
+    ],
+)
+def test_items_that_cannot_be_read_are_odd_and_the_rest_is_kept(body: Any, reason: str) -> None:
+    good = {
+        "id": "wamid.ok",
+        "status": "delivered",
+        "timestamp": "1750263800",
+        "recipient_id": "994501234567",
+    }
+    body["entry"].append(
+        {
+            "id": "1",
+            "changes": [
+                {"field": "messages", "value": {"metadata": {"phone_number_id": "2"}, "statuses": [good]}}
+            ],
+        }
+    )
+    parsed = parse_webhook(body)
+    assert [odd.reason for odd in parsed.odd] == [reason]
+    assert [s.id for change in parsed.changes for s in change.statuses] == ["wamid.ok"]
+
+
+def test_a_username_customer_is_known_by_user_id_and_statuses_carry_theirs() -> None:
+    value = {
+        "metadata": {"phone_number_id": "1"},
+        "contacts": [
+            {"user_id": "AZ.13491208655302741918", "profile": {"name": "Aysel", "username": "aysel"}}
+        ],
+        "messages": [
+            {
+                "from_user_id": "AZ.13491208655302741918",
+                "id": "wamid.A",
+                "timestamp": "1750263800",
+                "type": "text",
+                "text": {"body": "Salam"},
+            }
+        ],
+        "statuses": [
+            {
+                "id": "wamid.B",
+                "status": "read",
+                "timestamp": "1750263801",
+                "recipient_user_id": "AZ.99",
+                "pricing": {"billable": False, "category": "utility", "type": "free_customer_service"},
+            }
+        ],
+    }
+    [change] = parse_webhook(_messages_change(value)).changes
+    [message] = change.messages
+    assert (message.from_, message.user_id, message.text) == (None, "AZ.13491208655302741918", "Salam")
+    assert (message.customer.name, message.customer.username) == ("Aysel", "aysel")
+    [status] = change.statuses
+    assert (status.recipient_id, status.recipient_user_id, status.billable) == ("", "AZ.99", False)
+    assert status.payload["id"] == "wamid.B"  # kept as sent, for parking
+
+
+def test_user_preferences_are_read_for_marketing_messages_only() -> None:
+    body = {
+        "entry": [
+            {
+                "id": "1",
+                "changes": [
+                    {
+                        "field": "user_preferences",
+                        "value": {
+                            "metadata": {"phone_number_id": "1"},
+                            "contacts": [{"wa_id": "994501234567", "user_id": "AZ.1"}],
+                            "user_preferences": [
+                                {
+                                    "wa_id": "994501234567",
+                                    "detail": "x",
+                                    "category": "marketing_messages",
+                                    "value": "stop",
+                                    "timestamp": "1750263800",
+                                },
+                                {
+                                    "wa_id": "994501234567",
+                                    "category": "something_else",
+                                    "value": "x",
+                                    "timestamp": "1750263800",
+                                },
+                            ],
+                        },
+                    }
+                ],
+            }
+        ]
+    }
+    [change] = parse_webhook(body).changes
+    [preference] = change.preferences
+    assert (preference.customer.wa_id, preference.customer.user_id, preference.value) == (
+        "994501234567",
+        "AZ.1",
+        "stop",
+    )
+
+
 def test_other_object_is_accepted_and_empty_entry_is_fine() -> None:
-    assert parse_webhook({"object": "page", "entry": []}) == []
+    assert parse_webhook({"object": "page", "entry": []}).changes == ()
+
+
+def test_a_send_to_a_user_id_names_it_as_recipient() -> None:
+    assert text_message("AZ.13491208655302741918", "hi")["recipient"] == "AZ.13491208655302741918"
+    assert "to" not in text_message("AZ.13491208655302741918", "hi")
+    assert text_message("+994501234567", "hi")["to"] == "994501234567"
 
 
 def test_send_result() -> None:
