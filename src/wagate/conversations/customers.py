@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
@@ -28,22 +29,17 @@ from wagate.conversations.models import (
     Contact,
     CustomerId,
 )
-from wagate.conversations.repository import insert_customer_id, upsert_contact
+from wagate.conversations.repository import contacts_of_numbers, insert_customer_id, insert_customer_ids
 from wagate.db import utcnow
-from wagate.errors import InvalidPhoneNumber
-from wagate.phones import normalize_phone_number
 from wagate.whatsapp.payloads import CustomerRef
 
 
 def phone_of_wa_id(wa_id: str) -> str:
-    """The E.164 number of Meta's `wa_id` (digits), kept as given when it does not parse: a
-    customer's message is stored even when their number is one `phonenumbers` does not know yet."""
-    try:
-        return normalize_phone_number(wa_id, field="wa_id")
-    except InvalidPhoneNumber:
-        # Cut to what the column holds: no number of Meta's is this long, and a row that does not fit
-        # would fail the whole batch of webhooks with it.
-        return ("+" + wa_id.lstrip("+"))[:PHONE_NUMBER_LENGTH]
+    """The E.164 number of Meta's `wa_id` (the number's digits, which Meta has already normalised).
+    Not parsed again: this runs for every status, and a customer's message is stored even when their
+    number is one `phonenumbers` does not know yet. Cut to what the column holds: no number of Meta's
+    is this long, and a row that does not fit would fail the whole batch of webhooks with it."""
+    return ("+" + wa_id.lstrip("+"))[:PHONE_NUMBER_LENGTH]
 
 
 @dataclass
@@ -100,59 +96,75 @@ def learn_customers(
         return customers
     user_ids = {s.user_id for s in sightings.values() if s.user_id}
     phones = {s.wa_id for s in sightings.values() if s.wa_id}
+    # Core rows, not ORM objects: this runs for every batch of statuses.
+    contacts: dict[int, _ContactRow] = {}
     known: dict[str, int] = {}
     if user_ids:
-        known = dict(
-            session.execute(
-                select(CustomerId.user_id, CustomerId.contact_id).where(
-                    CustomerId.account_id == account_id, CustomerId.user_id.in_(user_ids)
-                )
-            ).all()
-        )
-    contacts = {
-        contact.id: contact
-        for contact in session.scalars(
-            select(Contact).where(
-                Contact.account_id == account_id,
-                Contact.id.in_(set(known.values())) | Contact.phone_number.in_(phones),
+        for user_id, found_id, phone_number, name, username in session.execute(
+            select(CustomerId.user_id, *_CONTACT_COLUMNS)
+            .join(Contact, Contact.id == CustomerId.contact_id)
+            .where(CustomerId.account_id == account_id, CustomerId.user_id.in_(user_ids))
+        ):
+            contact = _ContactRow(found_id, phone_number, name, username)
+            known[user_id] = contact.id
+            contacts[contact.id] = contact
+    missing_phones = phones - {c.phone_number for c in contacts.values()}
+    if missing_phones:
+        for row in session.execute(
+            select(*_CONTACT_COLUMNS).where(
+                Contact.account_id == account_id, Contact.phone_number.in_(missing_phones)
             )
-        )
-    }
+        ):
+            contacts[row[0]] = _ContactRow(row[0], row[1], row[2], row[3])
     by_phone = {c.phone_number: c.id for c in contacts.values() if c.phone_number}
+    new_numbers = [
+        s.wa_id
+        for key, s in sightings.items()
+        if key in may_create
+        and s.wa_id
+        and s.wa_id not in by_phone
+        and not (s.user_id in known and contacts[known[s.user_id]].phone_number is None)
+    ]
+    if new_numbers:
+        for number, new_contact in contacts_of_numbers(
+            session, account_id=account_id, phone_numbers=list(dict.fromkeys(new_numbers))
+        ).items():
+            by_phone[number] = new_contact
+            contacts[new_contact] = _ContactRow(new_contact, number, None, None)
+    bindings: dict[str, tuple[int, str | None]] = {}  # new user id -> (contact, parent user id)
     for key, sighting in sightings.items():
         if key not in may_create and sighting.user_id not in known and sighting.wa_id not in by_phone:
             continue
         contact_id = known.get(sighting.user_id) if sighting.user_id else None
         phone = sighting.wa_id
-        if phone is not None:
-            number_contact = by_phone.get(phone)
-            if (
-                number_contact is None
-                and contact_id is not None
-                and contacts[contact_id].phone_number is None
-            ):
-                # A customer known by user id alone shows their number: it is theirs.
-                contacts[contact_id].phone_number = phone
-                number_contact = contact_id
-            elif number_contact is None:
-                number_contact = upsert_contact(session, account_id=account_id, phone_number=phone)
-                contacts[number_contact] = session.get_one(Contact, number_contact)
-            by_phone[phone] = number_contact
+        number_contact = by_phone.get(phone) if phone else None
+        # A customer known by user id alone shows their number: it is theirs (new_numbers left it out
+        # for this). A status naming another number for a customer who has one makes nothing of it.
+        if (
+            phone
+            and number_contact is None
+            and contact_id is not None
+            and contacts[contact_id].phone_number is None
+        ):
+            session.execute(update(Contact).where(Contact.id == contact_id).values(phone_number=phone))
+            contacts[contact_id] = contacts[contact_id]._replace(phone_number=phone)
+            by_phone[phone] = number_contact = contact_id
+        if number_contact is not None:
             if sighting.user_id is not None and contact_id != number_contact:
-                _bind_user_id(session, account_id, sighting, number_contact, moving=contact_id is not None)
+                if contact_id is None:
+                    bindings[sighting.user_id] = (number_contact, sighting.parent_user_id)
+                else:
+                    _move_user_id(session, account_id, sighting.user_id, number_contact)
             contact_id = number_contact
         elif contact_id is None:
             assert sighting.user_id is not None  # keyed by user id or by number
             contact_id = _contact_of_new_user_id(session, account_id, sighting)
-            contacts[contact_id] = session.get_one(Contact, contact_id)
+            contacts[contact_id] = _ContactRow(contact_id, None, None, None)
         if sighting.user_id is not None:
             known[sighting.user_id] = contact_id
-        contact = contacts[contact_id]
-        if sighting.name and contact.name != sighting.name:
-            contact.name = sighting.name
-        if sighting.username and contact.username != sighting.username:
-            contact.username = sighting.username
-    session.flush()
+        _update_profile(session, contacts, contact_id, sighting)
+    if bindings:
+        _bind_user_ids(session, account_id, bindings)
     customers.by_user_id = known
     customers.by_phone = by_phone
     customers.phone_of = {contact_id: contacts[contact_id].phone_number for contact_id in known.values()}
@@ -160,29 +172,48 @@ def learn_customers(
     return customers
 
 
-def _bind_user_id(
-    session: Session, account_id: int, sighting: CustomerRef, contact_id: int, *, moving: bool
+class _ContactRow(NamedTuple):
+    id: int
+    phone_number: str | None
+    name: str | None
+    username: str | None
+
+
+_CONTACT_COLUMNS = (Contact.id, Contact.phone_number, Contact.name, Contact.username)
+
+
+def _update_profile(
+    session: Session, contacts: dict[int, _ContactRow], contact_id: int, sighting: CustomerRef
 ) -> None:
-    assert sighting.user_id is not None
-    if moving:
-        session.execute(
-            update(CustomerId)
-            .where(CustomerId.account_id == account_id, CustomerId.user_id == sighting.user_id)
-            .values(contact_id=contact_id)
-        )
-    elif not insert_customer_id(
+    """The name and username as Meta shows them now (one statement, only when they changed)."""
+    contact = contacts[contact_id]
+    name = sighting.name or contact.name
+    username = sighting.username or contact.username
+    if (name, username) != (contact.name, contact.username):
+        session.execute(update(Contact).where(Contact.id == contact_id).values(name=name, username=username))
+        contacts[contact_id] = contact._replace(name=name, username=username)
+
+
+def _bind_user_ids(session: Session, account_id: int, bindings: dict[str, tuple[int, str | None]]) -> None:
+    """Bind new user ids to their contacts, one statement; a user id another writer bound meanwhile
+    (PostgreSQL, two workers) moves to the contact the number decides."""
+    inserted = insert_customer_ids(
         session,
-        account_id=account_id,
-        user_id=sighting.user_id,
-        parent_user_id=sighting.parent_user_id,
-        contact_id=contact_id,
-    ):
-        # Another writer bound it meanwhile (PostgreSQL, two workers): the number decides.
-        session.execute(
-            update(CustomerId)
-            .where(CustomerId.account_id == account_id, CustomerId.user_id == sighting.user_id)
-            .values(contact_id=contact_id)
-        )
+        [
+            {"account_id": account_id, "user_id": user_id, "parent_user_id": parent, "contact_id": contact_id}
+            for user_id, (contact_id, parent) in bindings.items()
+        ],
+    )
+    for user_id in bindings.keys() - inserted:
+        _move_user_id(session, account_id, user_id, bindings[user_id][0])
+
+
+def _move_user_id(session: Session, account_id: int, user_id: str, contact_id: int) -> None:
+    session.execute(
+        update(CustomerId)
+        .where(CustomerId.account_id == account_id, CustomerId.user_id == user_id)
+        .values(contact_id=contact_id)
+    )
 
 
 def _contact_of_new_user_id(session: Session, account_id: int, sighting: CustomerRef) -> int:

@@ -12,7 +12,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from wagate.conversations.models import (
-    CONTACT_NAME_LENGTH,
     Contact,
     Conversation,
     ConversationStatus,
@@ -68,16 +67,6 @@ def _upserts(dialect: str) -> tuple[Any, Any]:
         },
     ).returning(conversations.c.id, conversations.c.contact_id)
     return contact_upsert, conversation_upsert
-
-
-def upsert_contact(session: Session, *, account_id: int, phone_number: str, name: str | None = None) -> int:
-    """The contact's id, the contact made when new; one statement either way."""
-    statement = _upserts(dialect_name(session))[0]
-    # The profile name is the customer's own choice, shown as Meta sends it, cut to what the column holds.
-    name = name[:CONTACT_NAME_LENGTH] if name else name
-    params = {"account_id": account_id, "phone_number": phone_number, "name": name, "created_at": utcnow()}
-    contact_id: int = session.connection().execute(statement, params).one()[0]
-    return contact_id
 
 
 def get_or_create_conversation(
@@ -140,6 +129,17 @@ def insert_customer_id(
         .scalar_one_or_none()
     )
     return inserted is not None
+
+
+def insert_customer_ids(session: Session, rows: list[dict[str, Any]]) -> set[str]:
+    """Bind user ids to contacts (rows of account_id, user_id, parent_user_id, contact_id) in one
+    statement; returns the user ids bound now (the others were bound already)."""
+    now = utcnow()
+    statement = (
+        _insert(session, CustomerId).on_conflict_do_nothing().returning(table_of(CustomerId).c.user_id)
+    )
+    result = session.connection().execute(statement, [{**row, "created_at": now} for row in rows])
+    return set(result.scalars())
 
 
 async def find_customer(
