@@ -24,6 +24,7 @@ from wagate.errors import InvalidRequest, MethodNotAllowed, NotFound, NotReady, 
 from wagate.events.endpoints import router as events_router
 from wagate.idempotency.service import InFlightKeys
 from wagate.limits import RequestGuard
+from wagate.live import LiveHub
 from wagate.lookups import Lookups
 from wagate.messages.endpoints import router as messages_router
 from wagate.responses import FastJSONResponse as JSONResponse
@@ -104,12 +105,16 @@ def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True)
         client = CloudApiClient(settings.graph_api_url, timeout=settings.upstream_timeout_seconds)
         secret_box = secret_box_for(settings)
         lookups = Lookups(db)
+        live = LiveHub(db)
         dispatcher = Dispatcher(
             db=db, settings=settings, client=client, secret_box=secret_box, lookups=lookups
         )
         # The two typed values handlers get (wagate.deps.get_gateway, whatsapp.webhook._deps).
-        app.state.gateway = Gateway(db, settings, secret_box, client, lookups, dispatcher, InFlightKeys())
+        app.state.gateway = Gateway(
+            db, settings, secret_box, client, lookups, dispatcher, InFlightKeys(), live
+        )
         app.state.receiver = ReceiverDeps(db, settings, lambda: dispatcher.running, dispatcher.wake)
+        await live.start()  # PostgreSQL: hear what other processes (workers, other APIs) commit
         if run_dispatcher:
             dispatcher.start()
         # What exists after start-up lives as long as the process: keep it out of the collector's
@@ -119,6 +124,7 @@ def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True)
             yield
         finally:
             await dispatcher.stop()
+            await live.stop()
             await client.close()
             await db.dispose()
 

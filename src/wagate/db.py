@@ -9,6 +9,8 @@ commits. Units are synchronous so that the database decides how to run them chea
 - A batch runs on the writer thread with the blocking driver (pysqlite, psycopg): one hand-off to
   that thread per batch, not one per statement.
 - A unit that raises gets its exception back and stores nothing; the others commit.
+- What a unit leaves for after its commit (`COMMIT_NOTES`: the live changes of wagate.live) goes to
+  the database's commit listeners once its batch committed, never for a unit rolled back.
 - On PostgreSQL a *large* unit (a bulk batch of up to 1000 messages, about 0.2 s) commits on a second
   connection and thread of its own, so the small ones (single sends, the dispatcher's claims and
   results) do not wait behind it. Should the two deadlock, the server rolls one back and it is run
@@ -47,6 +49,11 @@ CHECKPOINT_SECONDS = 1.0
 RETRYABLE_SQLSTATES = frozenset({"40P01", "40001"})
 RETRY_ATTEMPTS = 3
 UnitOfWork = Callable[[Session], T]
+# A list in a write session's `info` of what its units leave for after the commit (wagate.live's
+# `record_live` appends to it). `run_units` takes out a unit's own when it is rolled back, and the
+# Database hands the rest of a committed batch to its commit listeners.
+COMMIT_NOTES = "wagate.commit_notes"
+CommitListener = Callable[[list[Any]], None]
 
 
 def _dump_json(value: Any) -> str:
@@ -196,26 +203,37 @@ def run_units(session: Session, units: list[UnitOfWork[Any]]) -> list[tuple[bool
         return results
     except Exception:
         session.rollback()
+        session.info.pop(COMMIT_NOTES, None)
         if len(units) == 1:
             raise
     results = []
     for unit in units:
+        notes: list[Any] | None = session.info.get(COMMIT_NOTES)
+        kept = len(notes) if notes else 0
         try:
             with session.begin_nested():
                 results.append((True, _run_alone(session, unit)))
         except Exception as exc:  # the unit's own failure: only its savepoint rolls back
             results.append((False, exc))
+            if notes := session.info.get(COMMIT_NOTES):
+                del notes[kept:]
     session.commit()
     return results
 
 
-def run_retrying(engine: Engine, units: list[UnitOfWork[Any]]) -> list[tuple[bool, Any]]:
+def run_retrying(
+    engine: Engine, units: list[UnitOfWork[Any]], notes: list[Any] | None = None
+) -> list[tuple[bool, Any]]:
     """`run_units` in a session of its own, again when PostgreSQL rolled it all back to break a
-    deadlock (with the large units' connection) or a serialization conflict: nothing was stored."""
+    deadlock (with the large units' connection) or a serialization conflict: nothing was stored.
+    `notes`: receives the committed units' notes (`COMMIT_NOTES`)."""
     for attempt in range(1, RETRY_ATTEMPTS + 1):
         try:
             with Session(engine, expire_on_commit=False) as session:
-                return run_units(session, units)
+                results = run_units(session, units)
+                if notes is not None and (committed := session.info.get(COMMIT_NOTES)):
+                    notes += committed
+                return results
         except DBAPIError as exc:
             if attempt == RETRY_ATTEMPTS or getattr(exc.orig, "sqlstate", None) not in RETRYABLE_SQLSTATES:
                 raise
@@ -313,11 +331,27 @@ class Database:
             self._large_committer = _GroupCommitter(self._run_large_unit, max_batch=1)
         self._last_checkpoint = time.monotonic()
         self._checkpoint_task: asyncio.Task[None] | None = None
+        self._commit_listeners: list[CommitListener] = []
+
+    def add_commit_listener(self, listener: CommitListener) -> None:
+        """`listener(notes)` runs on the event loop after each commit whose units left notes
+        (`COMMIT_NOTES`), before their callers get their results; it must not block."""
+        self._commit_listeners.append(listener)
+
+    def _committed(self, notes: list[Any]) -> None:
+        for listener in self._commit_listeners:
+            try:
+                listener(notes)
+            except Exception:  # the batch is committed whatever a listener makes of it
+                log.exception("a commit listener failed")
 
     async def _run_batch(self, units: list[UnitOfWork[Any]]) -> list[tuple[bool, Any]]:
+        notes: list[Any] = []
         results = await asyncio.get_running_loop().run_in_executor(
-            self._writer_thread, lambda: run_retrying(self.write_engine, units)
+            self._writer_thread, lambda: run_retrying(self.write_engine, units, notes)
         )
+        if notes:
+            self._committed(notes)
         if self.is_sqlite and time.monotonic() - self._last_checkpoint >= CHECKPOINT_SECONDS:
             self._last_checkpoint = time.monotonic()
             self._checkpoint_task = asyncio.create_task(self.checkpoint())
@@ -325,9 +359,13 @@ class Database:
 
     async def _run_large_unit(self, units: list[UnitOfWork[Any]]) -> list[tuple[bool, Any]]:
         assert self._large_thread is not None
-        return await asyncio.get_running_loop().run_in_executor(
-            self._large_thread, lambda: run_retrying(self.write_engine, units)
+        notes: list[Any] = []
+        results = await asyncio.get_running_loop().run_in_executor(
+            self._large_thread, lambda: run_retrying(self.write_engine, units, notes)
         )
+        if notes:
+            self._committed(notes)
+        return results
 
     async def checkpoint(self) -> None:
         """SQLite: copy the WAL into the database file without holding up the writer (PASSIVE)."""

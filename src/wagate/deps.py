@@ -1,5 +1,6 @@
 """What a request handler may use, as one typed value injected with `Depends`, not attributes of
-`app.state`: the database, settings, secret box, Cloud API client, caches and the dispatcher.
+`app.state`: the database, settings, secret box, Cloud API client, caches, the dispatcher and the
+live changes.
 
 The dispatcher is seen through `Dispatch`, the small interface the API needs of it (the fast path of a
 single send, wake-ups), so the domains do not depend on the dispatcher's package, which depends on them.
@@ -17,6 +18,7 @@ from wagate.config import Settings
 from wagate.db import Database
 from wagate.errors import Unauthorized
 from wagate.idempotency.service import InFlightKeys
+from wagate.live import LiveHub
 from wagate.lookups import Lookups
 from wagate.outbox.models import FastClaim
 from wagate.security import SecretBox
@@ -47,6 +49,8 @@ class Gateway:
     dispatcher: Dispatch
     # Idempotency keys whose first request this process is still handling (a repeat meanwhile is 409).
     idempotency_in_flight: InFlightKeys
+    # The live changes of committed writes, for the dashboard's pages (`live.subscribe(account_id)`).
+    live: LiveHub
 
 
 def get_gateway(request: Request) -> Gateway:

@@ -8,12 +8,16 @@ import signal
 from wagate.config import Settings
 from wagate.db import Database
 from wagate.dispatch.dispatcher import Dispatcher
+from wagate.live import LiveHub
 from wagate.security import secret_box_for
 from wagate.whatsapp.client import CloudApiClient
 
 
 async def run_worker(settings: Settings) -> None:
     db = Database(settings.database_url)
+    # What the worker commits (statuses, customer messages, send failures) reaches the dashboards of
+    # the API processes by NOTIFY; a worker serves no page, so it does not listen.
+    live = LiveHub(db)
     client = CloudApiClient(settings.graph_api_url, timeout=settings.upstream_timeout_seconds)
     dispatcher = Dispatcher(db=db, settings=settings, client=client, secret_box=secret_box_for(settings))
     stop = asyncio.Event()
@@ -25,5 +29,6 @@ async def run_worker(settings: Settings) -> None:
         await stop.wait()
     finally:
         await dispatcher.stop()
+        await live.stop()
         await client.close()
         await db.dispose()

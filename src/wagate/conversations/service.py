@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
 
 from wagate.accounts.auth import Principal
 from wagate.conversations.models import Conversation, ConversationStatus
@@ -19,6 +20,7 @@ from wagate.conversations.repository import (
 from wagate.db import utcnow
 from wagate.deps import Gateway
 from wagate.errors import NotFound
+from wagate.live import LiveChange, LiveKind, record_live
 
 WINDOW = timedelta(hours=24)
 
@@ -118,7 +120,18 @@ async def change_conversation_status(
     if conversation is None:
         raise ConversationNotFound()
     await gateway.lookups.channel(principal, conversation.channel_id)
-    changed: Conversation = await gateway.db.write(
-        lambda session: set_status(session, conversation_id=conversation_id, status=status)
+    change = LiveChange(
+        conversation.account_id,
+        conversation.channel_id,
+        conversation_id,
+        LiveKind.conversation,
+        conversation_status=status.value,
     )
+
+    def unit(session: Session) -> Conversation:
+        changed = set_status(session, conversation_id=conversation_id, status=status)
+        record_live(session, [change])
+        return changed
+
+    changed: Conversation = await gateway.db.write(unit)
     return changed

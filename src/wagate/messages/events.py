@@ -17,6 +17,7 @@ from wagate.db import table_of, utcnow
 from wagate.events.models import DeliveryKind, EventKind
 from wagate.events.publish import REPORT_BATCH, NewDelivery, ordering_key, subscribers, write_deliveries
 from wagate.events.subscriptions import Subscriptions
+from wagate.live import LiveChange, LiveKind, record_live
 from wagate.messages.models import Message
 from wagate.messages.schemas import message_view
 from wagate.messages.status import StatusChange
@@ -28,11 +29,25 @@ _INSERT_OUTBOX = insert(table_of(OutboxJob))
 def publish_status_changes(
     session: Session, changes: list[StatusChange], subscriptions: Subscriptions | None = None
 ) -> int:
-    """`message_updated` for the account's webhooks and `status_changed` for the message's callback.
+    """`message_updated` for the account's webhooks and `status_changed` for the message's callback,
+    and the live changes for the dashboard (whoever subscribes to events).
 
     `subscriptions`: the cached snapshot; without it the webhooks are read from the database."""
     if not changes:
         return 0
+    record_live(
+        session,
+        [
+            LiveChange(
+                c.account_id,
+                c.view["channel_id"],
+                c.conversation_id,
+                LiveKind.status,
+                message_id=c.message_id,
+            )
+            for c in changes
+        ],
+    )
     webhooks = subscribers(session, subscriptions, {c.account_id for c in changes}, EventKind.message_updated)
     wanted = [c for c in changes if c.account_id in webhooks or _on_change(c.status_callback)]
     if not wanted:

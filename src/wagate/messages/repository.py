@@ -22,6 +22,7 @@ from wagate.conversations.service import status_after_send
 from wagate.db import isoformat, table_of, utcnow
 from wagate.events.models import EventKind
 from wagate.events.publish import ConversationChange, publish_conversation_changes
+from wagate.live import LiveChange, LiveKind, record_live
 from wagate.messages.events import publish_messages_created, schedule_status_reports
 from wagate.messages.models import Direction, Message, MessageStatus, PreparedSend, SentMessage
 from wagate.outbox.models import FastClaim, JobKind, OutboxJob, outbox_row
@@ -103,6 +104,20 @@ def store_sends(
     ]
     if reports:
         schedule_status_reports(connection, reports, now=now)
+    record_live(
+        session,
+        [
+            LiveChange(
+                account_id,
+                channel_id,
+                conversation_of[send.message_id],
+                LiveKind.message,
+                conversation_status=conversation_status.value,
+                message_id=send.message_id,
+            )
+            for send in sends
+        ],
+    )
     if subscriptions.webhooks(account_id, EventKind.message_created):
         created = [(Message(**row), conversation_status.value) for row in message_rows]
         publish_messages_created(session, created, subscriptions)

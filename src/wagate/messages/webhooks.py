@@ -18,6 +18,7 @@ from wagate.db import isoformat, utcnow
 from wagate.events.publish import ConversationChange, publish_conversation_changes
 from wagate.events.subscriptions import Subscriptions
 from wagate.ids import new_id
+from wagate.live import LiveChange, LiveKind, record_live
 from wagate.messages.events import publish_messages_created, publish_status_changes
 from wagate.messages.models import Direction, Message, MessageStatus, ParkedStatus
 from wagate.messages.pricing import Prices, settle_cost
@@ -189,6 +190,7 @@ def store_inbound(
     )
     stored: list[tuple[Message, str]] = []
     conversation_changes: list[ConversationChange] = []
+    live: list[LiveChange] = []
     for item in inbound:
         if item.wamid in known:
             continue  # Meta delivers webhooks at least once
@@ -240,7 +242,19 @@ def store_inbound(
         )
         session.add(message)
         stored.append((message, conversation.status.value))
+        live.append(
+            LiveChange(
+                channel.account_id,
+                channel.id,
+                conversation.id,
+                LiveKind.message,
+                inbound=True,
+                conversation_status=conversation.status.value,
+                message_id=message.id,
+            )
+        )
     session.flush()
+    record_live(session, live)
     return publish_messages_created(session, stored) + publish_conversation_changes(
         session, conversation_changes
     )
