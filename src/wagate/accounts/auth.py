@@ -13,7 +13,10 @@ from wagate.errors import AdministratorRequired, Forbidden
 
 @dataclass(frozen=True)
 class Principal:
-    api_key_id: int
+    """Who acts: a user of an account, through an API key or (`api_key_id` None) signed in to the
+    dashboard. Every rule of the API applies to both alike."""
+
+    api_key_id: int | None
     user_id: int
     account_id: int
     role: Role

@@ -6,17 +6,29 @@ functions, so a key is made, named and hashed in one place.
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import math
+import secrets
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
-from sqlalchemy import select
+from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
-from wagate.accounts.models import ApiKey, User
+from wagate.accounts.auth import Principal
+from wagate.accounts.models import ApiKey, DashboardSession, Role, User
 from wagate.db import detached, utcnow
 from wagate.deps import Gateway
-from wagate.errors import Conflict, NotFound
-from wagate.security import hash_api_token, new_api_token
+from wagate.errors import Conflict, NotFound, RateLimited, Unauthorized
+from wagate.security import (
+    hash_api_token,
+    hash_password,
+    new_api_token,
+    password_needs_rehash,
+    verify_password,
+)
 
 # Enough of the token to tell keys apart on a settings page; far too little to guess the rest.
 TOKEN_PREFIX_LENGTH = 12
@@ -113,3 +125,175 @@ async def revoke_key(gateway: Gateway, *, account_id: int, key_id: int, user_id:
     )
     gateway.lookups.forget_principal(key.token_hash)
     return key
+
+
+# --- signing in to the dashboard ------------------------------------------------------------------
+
+SESSION_LIFETIME = timedelta(hours=12)
+
+
+@functools.cache
+def _no_user_hash() -> str:
+    """A password hash of no user, checked when the email is unknown, so that the answer takes as long."""
+    return hash_password(secrets.token_urlsafe())
+
+
+class WrongCredentials(Unauthorized):
+    code = "wrong_credentials"
+    message = "The email or the password is wrong."
+
+
+class SignInThrottled(RateLimited):
+    message = "Too many failed sign-ins: wait a moment and try again."
+
+
+@dataclass(frozen=True)
+class SignedIn:
+    """A new dashboard session: the cookie's token (its only copy) and the form token."""
+
+    token: str
+    csrf_token: str
+    expires_at: datetime
+
+
+@dataclass(frozen=True)
+class SessionUser:
+    """Who a dashboard session belongs to, with the principal every service takes."""
+
+    principal: Principal
+    name: str
+    email: str
+    csrf_token: str
+
+    @property
+    def is_administrator(self) -> bool:
+        return self.principal.role is Role.administrator
+
+
+class SignInThrottle:
+    """Failed sign-ins per email and per client address in this process: after the free failures in
+    `window` (5 for an email; 50 for an address, which a whole office may share), each further try
+    waits twice as long as the last (from 1 s up to `max_wait`). A success clears the email's count.
+    Per process: with N API processes an attacker gets N times the tries, still a few per minute
+    (docs/dashboard.md)."""
+
+    def __init__(
+        self,
+        *,
+        free_failures: int = 5,
+        free_client_failures: int = 50,
+        window: timedelta = timedelta(minutes=15),
+        max_wait: timedelta = timedelta(minutes=15),
+    ) -> None:
+        self.free_failures = free_failures
+        self.free_client_failures = free_client_failures
+        self.window = window
+        self.max_wait = max_wait
+        self._failures: dict[str, list[datetime]] = {}
+
+    def _recent(self, key: str, now: datetime) -> list[datetime]:
+        recent = [at for at in self._failures.get(key, []) if now - at < self.window]
+        if recent:
+            self._failures[key] = recent
+        else:
+            self._failures.pop(key, None)
+        return recent
+
+    def wait_seconds(self, keys: list[str], now: datetime) -> int:
+        """How long these keys must still wait before the next try (0: go ahead)."""
+        wait = 0.0
+        for key in keys:
+            recent = self._recent(key, now)
+            free = self.free_client_failures if key.startswith("client:") else self.free_failures
+            over = len(recent) - free
+            if over >= 0:
+                penalty = min(2.0**over, self.max_wait.total_seconds())
+                wait = max(wait, penalty - (now - recent[-1]).total_seconds())
+        return max(0, math.ceil(wait))
+
+    def failed(self, keys: list[str], now: datetime) -> None:
+        for key in keys:
+            self._recent(key, now)
+            self._failures.setdefault(key, []).append(now)
+        if len(self._failures) > 100_000:  # a flood of made-up emails: forget the oldest half
+            for key in list(self._failures)[:50_000]:
+                del self._failures[key]
+
+    def succeeded(self, key: str) -> None:
+        self._failures.pop(key, None)
+
+
+async def sign_in(
+    gateway: Gateway, *, email: str, password: str, client: str, throttle: SignInThrottle
+) -> SignedIn:
+    """A dashboard session for the user with this email and password (API.md section 12): 401
+    `wrong_credentials` for either wrong, 429 `rate_limited` after repeated failures."""
+    email = email.strip().lower()
+    keys = [f"email:{email}", f"client:{client}"]
+    now = utcnow()
+    wait = throttle.wait_seconds(keys, now)
+    if wait:
+        raise SignInThrottled(
+            f"Too many failed sign-ins: try again in {wait} s.", headers={"Retry-After": str(wait)}
+        )
+    async with gateway.db.read() as session:
+        user = await session.scalar(select(User).where(User.email == email))
+    stored = user.password_hash if user is not None else _no_user_hash()
+    # argon2 takes tens of milliseconds of CPU on purpose: off the event loop.
+    valid = await asyncio.to_thread(verify_password, password, stored)
+    if user is None or not valid:
+        throttle.failed(keys, now)
+        raise WrongCredentials()
+    throttle.succeeded(keys[0])
+    token, csrf_token = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
+    expires_at = now + SESSION_LIFETIME
+    new_hash = await asyncio.to_thread(hash_password, password) if password_needs_rehash(stored) else None
+    user_id = user.id
+
+    def start(session: Session) -> None:
+        session.add(
+            DashboardSession(
+                token_hash=hash_api_token(token),
+                user_id=user_id,
+                csrf_token=csrf_token,
+                created_at=now,
+                expires_at=expires_at,
+            )
+        )
+        if new_hash is not None:  # an older scheme (scrypt): argon2id from now on
+            session.execute(update(User).where(User.id == user_id).values(password_hash=new_hash))
+        # Sessions that ran out are forgotten here: signing in is rare enough to carry it.
+        session.execute(delete(DashboardSession).where(DashboardSession.expires_at < now))
+
+    await gateway.db.write(start)
+    return SignedIn(token, csrf_token, expires_at)
+
+
+async def session_user(gateway: Gateway, token: str) -> SessionUser | None:
+    """The user a dashboard session cookie belongs to, None when unknown, signed out or expired."""
+    async with gateway.db.read() as session:
+        row = (
+            await session.execute(
+                select(User, DashboardSession.csrf_token)
+                .join(DashboardSession, DashboardSession.user_id == User.id)
+                .where(
+                    DashboardSession.token_hash == hash_api_token(token),
+                    DashboardSession.expires_at > utcnow(),
+                )
+            )
+        ).one_or_none()
+    if row is None:
+        return None
+    user: User = row[0]
+    principal = Principal(api_key_id=None, user_id=user.id, account_id=user.account_id, role=user.role)
+    return SessionUser(principal, user.name, user.email, row[1])
+
+
+async def sign_out(gateway: Gateway, token: str) -> None:
+    """End the session: its cookie signs no one in any more, in any process."""
+    token_hash = hash_api_token(token)
+    await gateway.db.write(
+        lambda session: session.execute(
+            delete(DashboardSession).where(DashboardSession.token_hash == token_hash)
+        )
+    )

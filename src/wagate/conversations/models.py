@@ -3,7 +3,7 @@ from __future__ import annotations
 import enum
 from datetime import datetime
 
-from sqlalchemy import Boolean, Enum, ForeignKey, Integer, String, UniqueConstraint
+from sqlalchemy import Boolean, Enum, ForeignKey, Index, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from wagate.db import Base, UTCDateTime, utcnow
@@ -73,14 +73,21 @@ class Conversation(Base):
     """The thread between one channel and one contact, as agents see it in the dashboard."""
 
     __tablename__ = "conversations"
-    __table_args__ = (UniqueConstraint("channel_id", "contact_id"),)
+    __table_args__ = (
+        UniqueConstraint("channel_id", "contact_id"),
+        # The dashboard's list, newest activity first, paged by (last_activity_at, id): of all the
+        # user's inboxes (read in order, other inboxes skipped), or of one inbox.
+        Index("ix_conversations_account_list", "account_id", "status", "last_activity_at", "id"),
+        Index("ix_conversations_inbox_list", "channel_id", "status", "last_activity_at", "id"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"), index=True)
+    # Indexed by ix_conversations_account_list, which starts with it.
+    account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
     channel_id: Mapped[int] = mapped_column(ForeignKey("channels.id", ondelete="CASCADE"))
     contact_id: Mapped[int] = mapped_column(ForeignKey("contacts.id", ondelete="CASCADE"))
     status: Mapped[ConversationStatus] = mapped_column(Enum(ConversationStatus, native_enum=False, length=20))
     # The 24-hour window runs from the customer's last message.
     last_customer_message_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
-    last_activity_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow, index=True)
+    last_activity_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import Select, func, select, tuple_
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
+from wagate.channels.models import Channel
 from wagate.conversations.models import (
     Contact,
     Conversation,
@@ -338,7 +340,104 @@ async def conversation_by_id(
     return found
 
 
+def first_user_id(session: Session, contact_id: int) -> str | None:
+    """One user id of the contact (customers reached through one business have one)."""
+    found: str | None = session.scalar(
+        select(func.min(CustomerId.user_id)).where(CustomerId.contact_id == contact_id)
+    )
+    return found
+
+
 def set_status(session: Session, *, conversation_id: int, status: ConversationStatus) -> Conversation:
     conversation = session.get_one(Conversation, conversation_id)
     conversation.status = status
     return detached(session, conversation)
+
+
+@dataclass(frozen=True)
+class ConversationRow:
+    """A conversation as the dashboard lists it, with its customer and inbox."""
+
+    id: int
+    channel_id: int
+    channel_name: str
+    status: ConversationStatus
+    last_activity_at: datetime
+    last_customer_message_at: datetime | None
+    phone_number: str | None
+    name: str | None
+    username: str | None
+    user_id: str | None
+
+
+def _rows_query() -> Select[Any]:
+    # One user id per customer for those known without a number (shown by username or user id):
+    # a correlated subquery on an indexed column, part of the one statement (no query per row).
+    user_id = (
+        select(func.min(CustomerId.user_id)).where(CustomerId.contact_id == Contact.id).scalar_subquery()
+    )
+    return (
+        select(
+            Conversation.id,
+            Conversation.channel_id,
+            Channel.name,
+            Conversation.status,
+            Conversation.last_activity_at,
+            Conversation.last_customer_message_at,
+            Contact.phone_number,
+            Contact.name,
+            Contact.username,
+            user_id,
+        )
+        .join(Contact, Contact.id == Conversation.contact_id)
+        .join(Channel, Channel.id == Conversation.channel_id)
+    )
+
+
+async def list_conversations(
+    session: AsyncSession,
+    *,
+    account_id: int,
+    channel_ids: list[int],
+    status: ConversationStatus,
+    search: str | None,
+    before: tuple[datetime, int] | None,
+    limit: int,
+) -> list[ConversationRow]:
+    """One page of the conversations of these inboxes with this status, newest activity first;
+    `before` is the (last_activity_at, id) of the last row of the page before (keyset paging, served
+    by ix_conversations_account_list, or ix_conversations_inbox_list for one inbox, however many there
+    are)."""
+    if not channel_ids:
+        return []
+    query = _rows_query().where(
+        Conversation.account_id == account_id,
+        Conversation.channel_id.in_(channel_ids),
+        Conversation.status == status,
+    )
+    if search:
+        pattern = "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        query = query.where(
+            Contact.phone_number.like(pattern, escape="\\")
+            | func.lower(Contact.name).like(pattern.lower(), escape="\\")
+            | func.lower(Contact.username).like(pattern.lower(), escape="\\")
+        )
+    if before is not None:
+        at, conversation_id = before
+        # A row value: both databases read it as a range of the index, not a scan.
+        query = query.where(
+            tuple_(Conversation.last_activity_at, Conversation.id) < tuple_(at, conversation_id)
+        )
+    query = query.order_by(Conversation.last_activity_at.desc(), Conversation.id.desc()).limit(limit)
+    return [ConversationRow(*row) for row in await session.execute(query)]
+
+
+async def conversation_row(
+    session: AsyncSession, *, account_id: int, conversation_id: int
+) -> ConversationRow | None:
+    row = (
+        await session.execute(
+            _rows_query().where(Conversation.id == conversation_id, Conversation.account_id == account_id)
+        )
+    ).one_or_none()
+    return ConversationRow(*row) if row is not None else None

@@ -9,17 +9,24 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from wagate.accounts.auth import Principal
-from wagate.conversations.models import Conversation, ConversationStatus
+from wagate.channels.service import channel_for_member, member_channels
+from wagate.conversations.models import Contact, Conversation, ConversationStatus
 from wagate.conversations.repository import (
+    ConversationRow,
     conversation_by_id,
+    conversation_row,
     find_contact_conversation,
     find_conversation,
     find_customer,
+    first_user_id,
+    list_conversations,
     set_status,
 )
 from wagate.db import utcnow
 from wagate.deps import Gateway
 from wagate.errors import NotFound
+from wagate.events.models import EventKind
+from wagate.events.publish import ConversationChange, publish_conversation_changes
 from wagate.live import LiveChange, LiveKind, record_live
 
 WINDOW = timedelta(hours=24)
@@ -128,10 +135,87 @@ async def change_conversation_status(
         conversation_status=status.value,
     )
 
+    subscriptions = await gateway.lookups.subscriptions()
+
     def unit(session: Session) -> Conversation:
+        previous = session.get_one(Conversation, conversation_id).status
         changed = set_status(session, conversation_id=conversation_id, status=status)
         record_live(session, [change])
+        contact = session.get_one(Contact, changed.contact_id)
+        # The same event an API send or a customer's message fires (none when nothing changed).
+        publish_conversation_changes(
+            session,
+            [
+                ConversationChange(
+                    changed.account_id,
+                    conversation_id,
+                    changed.channel_id,
+                    contact.phone_number,
+                    previous.value,
+                    status.value,
+                    user_id=first_user_id(session, contact.id),
+                )
+            ],
+            subscriptions,
+        )
         return changed
 
     changed: Conversation = await gateway.db.write(unit)
+    if subscriptions.webhooks(changed.account_id, EventKind.conversation_status_changed):
+        gateway.dispatcher.wake_events()
     return changed
+
+
+PAGE_SIZE = 50
+
+
+@dataclass(frozen=True)
+class ConversationPage:
+    rows: list[ConversationRow]
+    # (last_activity_at, id) of the last row when there are more: the next page starts after it.
+    next_before: tuple[datetime, int] | None
+
+
+async def conversations_for(
+    gateway: Gateway,
+    *,
+    principal: Principal,
+    status: ConversationStatus,
+    channel_id: int | None = None,
+    search: str | None = None,
+    before: tuple[datetime, int] | None = None,
+) -> ConversationPage:
+    """A page of the conversations of the caller's inboxes (of one inbox: 404 / 403 as for any use of
+    a channel), newest activity first."""
+    async with gateway.db.read() as session:
+        if channel_id is not None:
+            channel_ids = [(await channel_for_member(session, principal=principal, channel_id=channel_id)).id]
+        else:
+            channel_ids = [channel.id for channel in await member_channels(session, principal=principal)]
+        rows = await list_conversations(
+            session,
+            account_id=principal.account_id,
+            channel_ids=channel_ids,
+            status=status,
+            search=search.strip() if search and search.strip() else None,
+            before=before,
+            limit=PAGE_SIZE + 1,
+        )
+    more = len(rows) > PAGE_SIZE
+    rows = rows[:PAGE_SIZE]
+    return ConversationPage(rows, (rows[-1].last_activity_at, rows[-1].id) if more else None)
+
+
+async def conversation_for(
+    gateway: Gateway, *, principal: Principal, conversation_id: int
+) -> ConversationRow:
+    """A conversation of an inbox the caller is a member of (404 for another account's or an unknown
+    one, 403 for another inbox's)."""
+    async with gateway.db.read() as session:
+        row = await conversation_row(
+            session, account_id=principal.account_id, conversation_id=conversation_id
+        )
+    if row is None:
+        raise ConversationNotFound()
+    await gateway.lookups.channel(principal, row.channel_id)
+    return row

@@ -26,7 +26,7 @@ async def answer_once(
 ) -> JSONResponse:
     """`accept(idem)` the request, unless its key was answered already (the same answer again) or is
     being answered right now (409). `accept` stores its response with the key in its own transaction."""
-    if key is None:
+    if key is None or principal.api_key_id is None:  # keys are per API key; the dashboard has none
         return await accept(None)
     idem = idempotency.IdempotentRequest(
         api_key_id=principal.api_key_id,

@@ -65,6 +65,8 @@ class Message(Base):
     # The category Meta charged, when its status webhook's `pricing` named another than the template's.
     cost_category: Mapped[str | None] = mapped_column(String(40), nullable=True)
     batch_id: Mapped[str | None] = mapped_column(String(40), nullable=True, index=True)
+    # The dashboard user who sent it (an agent's reply); empty for API and bulk sends.
+    agent_user_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # The request's status_callback, its secret encrypted (see events).
     status_callback: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     # [{"status": "sent", "at": "...Z"}, ...]: each status once, in forward order.
@@ -116,6 +118,7 @@ class PreparedSend:
     batch_id: str | None = None
     user_id: str | None = None
     contact_id: int | None = None
+    agent_user_id: int | None = None  # a dashboard user's reply
     # Who takes which events (the cached snapshot): `message_created` and `conversation_status_changed`
     # cost the send nothing when nobody does.
     subscriptions: Subscriptions = NO_SUBSCRIPTIONS

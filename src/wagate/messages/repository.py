@@ -187,6 +187,7 @@ def _message_row(send: PreparedSend, conversation_id: int, now: datetime) -> dic
         "cost_currency": send.currency,
         "cost_category": None,
         "batch_id": send.batch_id,
+        "agent_user_id": send.agent_user_id,
         "status_callback": send.status_callback,
         "status_history": [{"status": MessageStatus.sent.value, "at": isoformat(now) or ""}],
         "created_at": now,
@@ -209,3 +210,14 @@ async def sent_message(session: AsyncSession, *, account_id: int, message_id: st
     if row is None:
         return None
     return SentMessage(row[0], ConversationStatus(row[1]))
+
+
+async def conversation_messages(session: AsyncSession, *, conversation_id: int, limit: int) -> list[Message]:
+    """The conversation's last `limit` messages, oldest first (both directions)."""
+    newest = await session.scalars(
+        select(Message)
+        .where(Message.conversation_id == conversation_id)
+        .order_by(Message.created_at.desc(), Message.id.desc())
+        .limit(limit)
+    )
+    return list(reversed(list(newest)))

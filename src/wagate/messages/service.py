@@ -121,6 +121,8 @@ async def prepare_send(
         subscriptions=await lookups.subscriptions(),
         # Meta does not charge a utility template while the customer's window is open.
         free=bound is not None and _category(bound) == "UTILITY" and window_open,
+        # Signed in to the dashboard rather than calling with a key: an agent's reply.
+        agent_user_id=principal.user_id if principal.api_key_id is None else None,
     )
 
 
@@ -175,6 +177,7 @@ def build_send(
     user_id: str | None = None,
     contact_id: int | None = None,
     free: bool = False,
+    agent_user_id: int | None = None,
 ) -> PreparedSend:
     """A checked send with its Cloud API body and price (a single message, or one of a batch). A send
     to a user id names it as Meta's `recipient`, even when its number is known."""
@@ -210,6 +213,7 @@ def build_send(
         batch_id=batch_id,
         user_id=user_id,
         contact_id=contact_id,
+        agent_user_id=agent_user_id,
     )
 
 
