@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from wagate.bulk.endpoints import router as bulk_router
 from wagate.channels.endpoints import router as channels_router
 from wagate.config import Settings, get_settings
+from wagate.dashboard import install_dashboard
 from wagate.db import Database
 from wagate.deps import Gateway, GatewayDep
 from wagate.dispatch.dispatcher import Dispatcher
@@ -145,6 +146,7 @@ def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True)
     for router in (channels_router, templates_router, messages_router, bulk_router, events_router):
         app.include_router(router, prefix="/v1")
     app.router.routes.extend(whatsapp_webhook_routes)
+    install_dashboard(app)
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, Any]:

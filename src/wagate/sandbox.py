@@ -27,17 +27,20 @@ DEMO_WABA_ID = "200000000000001"
 DEMO_RECIPIENT = "+994501234567"
 
 
-def demo_account(token: str) -> ProvisionFile:
+DEMO_EMAIL = "admin@demo.test"
+
+
+def demo_account(token: str, password: str) -> ProvisionFile:
     return ProvisionFile(
         accounts=[
             AccountSpec(
                 name="Demo",
                 users=[
                     UserSpec(
-                        email="admin@demo.test",
+                        email=DEMO_EMAIL,
                         name="Demo Admin",
                         role="administrator",
-                        password=secrets.token_urlsafe(),
+                        password=password,
                     )
                 ],
                 api_keys=[ApiKeySpec(user="admin@demo.test", name="sandbox", token=token)],
@@ -81,11 +84,13 @@ async def run_sandbox(settings: Settings, *, host: str, port: int) -> None:
             },
         )
     token = new_api_token()
-    result = await run_provision(settings, demo_account(token))
+    # A new password every start, like the key: printed once, kept only as a hash.
+    password = secrets.token_urlsafe(12)
+    result = await run_provision(settings, demo_account(token, password))
     account = result["accounts"][0]
     channel = account["channels"][0]
     print(
-        _banner(gateway_url, sim_url, account["account_id"], channel["channel_id"], token),
+        _banner(gateway_url, sim_url, account["account_id"], channel["channel_id"], token, password),
         file=sys.stderr,
         flush=True,
     )
@@ -99,7 +104,9 @@ async def run_sandbox(settings: Settings, *, host: str, port: int) -> None:
         await sim_task
 
 
-def _banner(gateway_url: str, sim_url: str, account_id: int, channel_id: int, token: str) -> str:
+def _banner(
+    gateway_url: str, sim_url: str, account_id: int, channel_id: int, token: str, password: str
+) -> str:
     body = (
         f'{{"channel_id": {channel_id}, "phone_number": "{DEMO_RECIPIENT}", '
         '"template": {"name": "otp_code", "language": "en", "parameters": ["123456"]}}'
@@ -108,6 +115,7 @@ def _banner(gateway_url: str, sim_url: str, account_id: int, channel_id: int, to
 wagate sandbox is ready: API {gateway_url}/v1 (docs {gateway_url}/docs), Cloud API simulator {sim_url}
   account_id {account_id}, channel_id {channel_id}
   API key (shown once): {token}
+  Dashboard: {gateway_url}/ (sign in as {DEMO_EMAIL}, password {password}, shown once)
 
 Send an OTP:
   curl -s {gateway_url}/v1/accounts/{account_id}/whatsapp/messages \\

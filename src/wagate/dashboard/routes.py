@@ -1,0 +1,274 @@
+"""The dashboard's pages (API.md section 12): sign-in, conversations, a conversation and its actions.
+
+Routes, labels and `data-` attributes are a contract: browser tests outside the project rely on them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from sse_starlette import EventSourceResponse
+
+from wagate.accounts.service import SESSION_LIFETIME, SessionUser, SignInThrottle, sign_in, sign_out
+from wagate.conversations.models import ConversationStatus
+from wagate.conversations.service import (
+    change_conversation_status,
+    conversation_for,
+    conversations_for,
+    window_of,
+)
+from wagate.dashboard import views
+from wagate.dashboard.web import (
+    LOGIN_CSRF_COOKIE,
+    SESSION_COOKIE,
+    FormRefused,
+    check_csrf,
+    current_user,
+    error_page,
+    new_login_csrf,
+    posted_form,
+    read_form,
+    render,
+    safe_next,
+    set_cookie,
+)
+from wagate.deps import GatewayDep
+from wagate.errors import InvalidRequest, WagateError
+from wagate.live import LiveKind
+from wagate.messages.schemas import SendMessageRequest, TemplateRef
+from wagate.messages.service import accept_send
+
+router = APIRouter(include_in_schema=False)
+User = Annotated[SessionUser, Depends(current_user)]
+
+
+def throttle_of(request: Request) -> SignInThrottle:
+    """The app's sign-in throttle (one per app: made when the dashboard is installed)."""
+    throttle: SignInThrottle = request.app.state.sign_in_throttle
+    return throttle
+
+
+@router.get("/")
+async def home() -> RedirectResponse:
+    return RedirectResponse("/conversations", status_code=303)
+
+
+@router.get("/login")
+async def login_form(request: Request, next: str | None = None) -> HTMLResponse:
+    token = new_login_csrf()
+    response = render(request, "login.html", csrf_token=token, next=safe_next(next), email="")
+    set_cookie(response, request, LOGIN_CSRF_COOKIE, token, max_age=3600)
+    return response
+
+
+@router.post("/login")
+async def login(request: Request, gateway: GatewayDep) -> Response:
+    form = await read_form(request)
+    check_csrf(form.get("csrf_token"), request.cookies.get(LOGIN_CSRF_COOKIE))
+    target = safe_next(form.get("next"))
+    client = request.client.host if request.client else "unknown"
+    try:
+        signed_in = await sign_in(
+            gateway,
+            email=form.get("email", ""),
+            password=form.get("password", ""),
+            client=client,
+            throttle=throttle_of(request),
+        )
+    except WagateError as error:
+        token = new_login_csrf()
+        response = render(
+            request,
+            "login.html",
+            status_code=error.status_code,
+            csrf_token=token,
+            next=target,
+            email=form.get("email", ""),
+            error=error.message,
+        )
+        set_cookie(response, request, LOGIN_CSRF_COOKIE, token, max_age=3600)
+        return response
+    signed = RedirectResponse(target, status_code=303)
+    set_cookie(signed, request, SESSION_COOKIE, signed_in.token, int(SESSION_LIFETIME.total_seconds()))
+    signed.delete_cookie(LOGIN_CSRF_COOKIE, path="/")
+    return signed
+
+
+@router.post("/logout")
+async def logout(request: Request, gateway: GatewayDep, user: User) -> RedirectResponse:
+    await posted_form(request, user)
+    token = request.cookies.get(SESSION_COOKIE)
+    if token:
+        await sign_out(gateway, token)
+    response = RedirectResponse("/login", status_code=303)
+    response.delete_cookie(SESSION_COOKIE, path="/")
+    return response
+
+
+def _status_tab(status: str | None) -> ConversationStatus:
+    try:
+        return ConversationStatus(status or "open")
+    except ValueError:
+        raise InvalidRequest("status must be open, pending or resolved") from None
+
+
+def _cursor(before: str | None) -> tuple[datetime, int] | None:
+    """The next page's cursor, as the page wrote it: `<ISO time>_<id>`."""
+    if not before:
+        return None
+    at, _, conversation_id = before.rpartition("_")
+    try:
+        return datetime.fromisoformat(at.replace("Z", "+00:00")), int(conversation_id)
+    except ValueError:
+        raise InvalidRequest("before is not a cursor of this list") from None
+
+
+@router.get("/conversations")
+async def conversations(
+    request: Request,
+    gateway: GatewayDep,
+    user: User,
+    status: str | None = None,
+    inbox: Annotated[int | None, Query(ge=1, le=2**63 - 1)] = None,
+    q: Annotated[str | None, Query(max_length=100)] = None,
+    before: Annotated[str | None, Query(max_length=100)] = None,
+    fragment: bool = False,
+) -> HTMLResponse:
+    try:
+        tab = _status_tab(status)
+        page = await conversations_for(
+            gateway,
+            principal=user.principal,
+            status=tab,
+            channel_id=inbox,
+            search=q,
+            before=_cursor(before),
+        )
+        inboxes = await views.inboxes_of(gateway, user)
+    except WagateError as error:
+        return error_page(request, error)
+    template = "_conversation_list.html" if fragment else "conversations.html"
+    return render(
+        request,
+        template,
+        tab=tab.value,
+        page=page,
+        rows=[views.conversation_item(row) for row in page.rows],
+        inboxes=inboxes,
+        inbox=inbox,
+        q=q or "",
+        before=before,
+    )
+
+
+async def _conversation_context(
+    gateway: GatewayDep, user: SessionUser, conversation_id: int
+) -> dict[str, Any]:
+    row = await conversation_for(gateway, principal=user.principal, conversation_id=conversation_id)
+    return {
+        "conversation": views.conversation_item(row),
+        "window": window_of(row.last_customer_message_at),
+        "messages": await views.messages_of(gateway, row),
+        "templates": await views.templates_for(gateway, row.channel_id),
+    }
+
+
+@router.get("/conversations/{conversation_id}")
+async def conversation(
+    request: Request,
+    gateway: GatewayDep,
+    user: User,
+    conversation_id: Annotated[int, views.PathId],
+    part: str | None = None,
+) -> HTMLResponse:
+    """The page, or one of its live parts (`?part=messages|state`) that the page fetches again when
+    the live stream says the conversation changed."""
+    try:
+        context = await _conversation_context(gateway, user, conversation_id)
+    except WagateError as error:
+        return error_page(request, error)
+    template = {"messages": "_messages.html", "state": "_conversation_state.html"}.get(
+        part or "", "conversation.html"
+    )
+    return render(request, template, notice=request.query_params.get("notice"), **context)
+
+
+@router.post("/conversations/{conversation_id}/status")
+async def set_conversation_status(
+    request: Request, gateway: GatewayDep, user: User, conversation_id: Annotated[int, views.PathId]
+) -> Response:
+    form = await posted_form(request, user)
+    try:
+        await change_conversation_status(
+            gateway,
+            principal=user.principal,
+            conversation_id=conversation_id,
+            status=_status_tab(form.get("status")),
+        )
+    except WagateError as error:
+        return error_page(request, error)
+    return RedirectResponse(f"/conversations/{conversation_id}", status_code=303)
+
+
+@router.post("/conversations/{conversation_id}/reply")
+async def reply(
+    request: Request, gateway: GatewayDep, user: User, conversation_id: Annotated[int, views.PathId]
+) -> Response:
+    """An agent's reply: free text, or a template when the window is closed; through `accept_send`,
+    so it is checked, costed, evented and paced exactly like `POST messages`."""
+    form = await posted_form(request, user)
+    try:
+        row = await conversation_for(gateway, principal=user.principal, conversation_id=conversation_id)
+        template = None
+        if form.get("template"):
+            name, _, language = form["template"].partition("|")
+            values = {
+                key.removeprefix("var:"): value for key, value in form.items() if key.startswith("var:")
+            }
+            template = TemplateRef(name=name, language=language, parameters=values)
+        # A reply keeps the conversation where the agent works on it (an API send would resolve it).
+        keep = row.status.value if row.status is not ConversationStatus.resolved else None
+        request_body = views.send_request(
+            row, text=form.get("text") or None, template=template, conversation_status=keep
+        )
+        await accept_send(gateway, principal=user.principal, request=request_body, idem=None)
+    except WagateError as error:
+        context = await _conversation_context(gateway, user, conversation_id)
+        return render(
+            request,
+            "conversation.html",
+            status_code=error.status_code,
+            reply_error=views.explain_refusal(error),
+            draft=form.get("text", ""),
+            **context,
+        )
+    return RedirectResponse(f"/conversations/{conversation_id}", status_code=303)
+
+
+def form_refused(request: Request, exc: Exception) -> HTMLResponse:
+    return render(request, "error.html", status_code=403, error=views.Refusal(str(exc)))
+
+
+__all__ = ["FormRefused", "SendMessageRequest", "form_refused", "router"]
+
+
+@router.get("/live")
+async def live(request: Request, gateway: GatewayDep, user: User) -> EventSourceResponse:
+    """Server-sent events: every change of a conversation of the user's inboxes, as JSON
+    `{conversation_id, kind, inbound, conversation_status, message_id}`; the page fetches again what
+    it shows of that conversation. The browser's EventSource reconnects by itself."""
+    inbox_ids = {inbox.id for inbox in await views.inboxes_of(gateway, user)}
+
+    async def changes() -> AsyncIterator[dict[str, str]]:
+        async with gateway.live.subscribe(user.principal.account_id) as stream:
+            yield {"event": "ready", "data": "{}"}
+            async for change in stream:
+                # `reset`: changes may have been missed (a slow page, a lost LISTEN): reload all.
+                if change.kind == LiveKind.reset or change.channel_id in inbox_ids:
+                    yield {"event": "change", "data": views.live_event(change)}
+
+    return EventSourceResponse(changes(), ping=15, headers={"Cache-Control": "no-store"})

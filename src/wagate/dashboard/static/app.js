@@ -1,0 +1,161 @@
+// wagate dashboard: times in the browser's zone, the window countdown, live updates over server-sent
+// events (with a visible reconnect), the notification sound and the template picker. No build step.
+"use strict";
+
+(function () {
+  const body = document.body;
+
+  function localTimes(root) {
+    for (const el of root.querySelectorAll("time[datetime]")) {
+      const at = new Date(el.getAttribute("datetime"));
+      if (!isNaN(at)) {
+        el.textContent = at.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "short" });
+        el.title = at.toISOString();
+      }
+    }
+  }
+
+  function countdowns() {
+    for (const el of document.querySelectorAll("[data-expires-at]")) {
+      const left = Math.floor((new Date(el.dataset.expiresAt) - Date.now()) / 1000);
+      if (left <= 0) {
+        el.textContent = "Window closed";
+        el.classList.replace("window-open", "window-closed");
+        continue;
+      }
+      const h = Math.floor(left / 3600), m = Math.floor((left % 3600) / 60), s = left % 60;
+      el.textContent = `Window open: ${h}h ${String(m).padStart(2, "0")}m ${String(s).padStart(2, "0")}s left`;
+    }
+  }
+
+  // The reply box follows the window: free text while it is open, a template once it is closed.
+  function replyMode() {
+    const head = document.querySelector("[data-window-open]");
+    const text = document.querySelector("[data-reply-text]");
+    const picker = document.querySelector("[data-reply-template]");
+    if (!head || !text || !picker) return;
+    const open = head.dataset.windowOpen === "true";
+    text.hidden = !open;
+    picker.hidden = open;
+  }
+
+  async function refresh(el) {
+    const url = el && el.dataset.partUrl;
+    if (!url) return;
+    const response = await fetch(url, { headers: { "Accept": "text/html" }, credentials: "same-origin" });
+    if (response.status === 401) { window.location.reload(); return; }
+    if (!response.ok) return;
+    el.innerHTML = await response.text();
+    localTimes(el);
+  }
+
+  let listTimer = null;
+  function refreshList() {
+    const list = document.getElementById("conversation-list");
+    if (!list) return;
+    clearTimeout(listTimer);
+    listTimer = setTimeout(async () => {
+      const response = await fetch(list.dataset.listUrl, { credentials: "same-origin" });
+      if (response.ok) { list.innerHTML = await response.text(); localTimes(list); }
+    }, 300);
+  }
+
+  async function refreshConversation() {
+    await Promise.all([
+      refresh(document.getElementById("messages")),
+      refresh(document.getElementById("conversation-state")),
+    ]);
+    replyMode();
+    countdowns();
+  }
+
+  let unseen = 0;
+  function notify() {
+    unseen += 1;
+    const badge = document.querySelector("[data-badge]");
+    if (badge) { badge.textContent = String(unseen); badge.hidden = false; }
+    const audio = document.querySelector("audio[data-notify]") || new Audio("/static/notify.wav");
+    audio.currentTime = 0;
+    // Browsers allow sound only after the user interacted with the page; a refusal is not an error.
+    const played = audio.play();
+    if (played && played.catch) played.catch(() => {});
+    window.wagateSounds = (window.wagateSounds || 0) + 1;
+  }
+
+  function live() {
+    const url = body.dataset.live;
+    if (!url || !window.EventSource) return;
+    const banner = document.querySelector("[data-connection]");
+    const here = Number(body.dataset.conversationId || 0);
+    let connected = false;
+    const source = new EventSource(url);
+    source.addEventListener("ready", () => {
+      if (banner) banner.hidden = true;
+      // After a drop, catch up on what changed meanwhile.
+      if (connected) { if (here) refreshConversation(); refreshList(); }
+      connected = true;
+    });
+    source.addEventListener("change", (event) => {
+      const change = JSON.parse(event.data);
+      if (change.kind === "reset") { if (here) refreshConversation(); refreshList(); return; }
+      if (change.inbound && (change.conversation_status === "open" || change.conversation_status === "pending")) {
+        notify();
+      }
+      if (here && change.conversation_id === here) refreshConversation();
+      refreshList();
+    });
+    source.addEventListener("error", () => {
+      if (banner) banner.hidden = false;
+      if (source.readyState === EventSource.CLOSED) setTimeout(live, 2000);
+    });
+  }
+
+  function templatePicker() {
+    const form = document.querySelector("[data-template-picker]");
+    if (!form) return;
+    const select = form.querySelector("select[name=template]");
+    const search = form.querySelector("[data-template-search]");
+    const preview = form.querySelector("[data-template-preview]");
+    function current() { return select.options[select.selectedIndex]; }
+    function update() {
+      for (const set of form.querySelectorAll("[data-variables-for]")) {
+        const on = set.dataset.variablesFor === select.value;
+        set.hidden = !on;
+        set.disabled = !on;
+      }
+      const option = current();
+      let text = option ? option.dataset.body || "" : "";
+      const set = form.querySelector(`[data-variables-for="${CSS.escape(select.value)}"]`);
+      if (set) {
+        for (const input of set.querySelectorAll("[data-variable]")) {
+          const name = input.dataset.variable;
+          if (input.value) text = text.split(`{{${name}}}`).join(input.value);
+        }
+      }
+      preview.textContent = text;
+    }
+    select.addEventListener("change", update);
+    form.addEventListener("input", update);
+    search.addEventListener("input", () => {
+      const needle = search.value.toLowerCase();
+      let first = null;
+      for (const option of select.options) {
+        const hit = !needle || option.textContent.toLowerCase().includes(needle) || (option.dataset.body || "").toLowerCase().includes(needle);
+        option.hidden = !hit;
+        if (hit && !first) first = option;
+      }
+      if (current() && current().hidden && first) { select.value = first.value; }
+      update();
+    });
+    update();
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    localTimes(document);
+    countdowns();
+    setInterval(countdowns, 1000);
+    replyMode();
+    templatePicker();
+    live();
+  });
+})();

@@ -1,0 +1,270 @@
+"""What the dashboard's templates show, made from what the services return: rows of the conversation
+list, message bubbles with their ticks, the template picker. Presentation only: no rule lives here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import orjson
+from fastapi import Path
+
+from wagate.accounts.service import SessionUser
+from wagate.channels.service import member_channels
+from wagate.conversations.models import ConversationStatus
+from wagate.conversations.repository import ConversationRow
+from wagate.deps import Gateway
+from wagate.errors import WagateError
+from wagate.live import LiveChange
+from wagate.messages.models import Direction, Message
+from wagate.messages.repository import conversation_messages
+from wagate.messages.schemas import SendMessageRequest, TemplateRef, format_amount
+from wagate.templates.render import render_message_template, render_template_text
+from wagate.templates.service import list_templates
+from wagate.whatsapp.explanations import Explanation, explain_external_error
+
+PathId = Path(ge=1, le=2**63 - 1)
+MESSAGES_SHOWN = 200
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A refusal to show on a page, like a WagateError's."""
+
+    message: str
+    status_code: int = 403
+    code: str = "forbidden"
+
+
+@dataclass(frozen=True)
+class Inbox:
+    id: int
+    name: str
+    phone_number: str
+
+
+async def inboxes_of(gateway: Gateway, user: SessionUser) -> list[Inbox]:
+    async with gateway.db.read() as session:
+        channels = await member_channels(session, principal=user.principal)
+    return [Inbox(c.id, c.name, c.phone_number) for c in channels]
+
+
+@dataclass(frozen=True)
+class ConversationItem:
+    id: int
+    channel_id: int
+    inbox: str
+    status: str
+    last_activity_at: datetime
+    phone_number: str | None
+    user_id: str | None
+    name: str | None
+    username: str | None
+    row: ConversationRow
+
+    @property
+    def customer(self) -> str:
+        """How the customer is shown: the number in E.164, else the username, else the user id."""
+        return self.phone_number or (f"@{self.username}" if self.username else None) or self.user_id or "?"
+
+    @property
+    def cursor(self) -> str:
+        return f"{self.last_activity_at.isoformat()}_{self.id}"
+
+
+def conversation_item(row: ConversationRow) -> ConversationItem:
+    return ConversationItem(
+        id=row.id,
+        channel_id=row.channel_id,
+        inbox=row.channel_name,
+        status=row.status.value,
+        last_activity_at=row.last_activity_at,
+        phone_number=row.phone_number,
+        user_id=row.user_id,
+        name=row.name,
+        username=row.username,
+        row=row,
+    )
+
+
+@dataclass(frozen=True)
+class Tick:
+    status: str  # queued, sent, delivered, read, failed
+    label: str
+    at: str | None  # ISO time, when known
+
+
+@dataclass(frozen=True)
+class MessageItem:
+    id: str
+    direction: str  # inbound / outbound
+    author: str  # Customer, API, Agent, Bulk
+    status: str
+    text: str | None
+    template_name: str | None
+    template_text: str | None
+    created_at: datetime
+    cost: str
+    batch_id: str | None
+    ticks: list[Tick] = field(default_factory=list)
+    error: str | None = None
+    explanation: Explanation | None = None
+
+
+_TICK_LABELS = {
+    "queued": "Queued",
+    "sent": "Sent",
+    "delivered": "Delivered",
+    "read": "Read",
+    "failed": "Failed",
+}
+
+
+def _ticks(message: Message) -> list[Tick]:
+    """Queued when accepted, sent once Meta took it (it has Meta's id), then what Meta reported."""
+    history = {entry["status"]: entry["at"] for entry in message.status_history}
+    ticks = [Tick("queued", _TICK_LABELS["queued"], history.get("sent"))]
+    if message.upstream_message_id is not None or message.status.value in ("delivered", "read"):
+        ticks.append(Tick("sent", _TICK_LABELS["sent"], None))
+    for status in ("delivered", "read", "failed"):
+        if status in history:
+            ticks.append(Tick(status, _TICK_LABELS[status], history[status]))
+    return ticks
+
+
+async def messages_of(gateway: Gateway, row: ConversationRow) -> list[MessageItem]:
+    async with gateway.db.read() as session:
+        messages = await conversation_messages(session, conversation_id=row.id, limit=MESSAGES_SHOWN)
+    items = []
+    for message in messages:
+        inbound = message.direction is Direction.inbound
+        author = (
+            "Customer"
+            if inbound
+            else "Agent"
+            if message.agent_user_id is not None
+            else "Bulk"
+            if message.batch_id
+            else "API"
+        )
+        template_text = None
+        if message.template_name and message.template_language:
+            template = await gateway.lookups.template(
+                message.channel_id, message.template_name, message.template_language
+            )
+            rendered = (
+                render_message_template(template.components, template.variables, message.template_parameters)
+                if template is not None
+                else None
+            )
+            if rendered is not None:
+                template_text = "\n".join(
+                    part for part in (rendered.header, rendered.body, rendered.footer) if part
+                )
+        failed = message.status.value == "failed"
+        items.append(
+            MessageItem(
+                id=message.id,
+                direction=message.direction.value,
+                author=author,
+                status=message.status.value,
+                text=message.text,
+                template_name=message.template_name,
+                template_text=template_text,
+                created_at=message.created_at,
+                cost=f"{format_amount(0 if failed else message.cost_micros)} {message.cost_currency}"
+                if not inbound
+                else "",
+                batch_id=message.batch_id,
+                ticks=[] if inbound else _ticks(message),
+                error=message.external_error if failed else None,
+                explanation=explain_external_error(message.external_error) if failed else None,
+            )
+        )
+    return items
+
+
+@dataclass(frozen=True)
+class TemplateChoice:
+    value: str  # "name|language", what the form posts
+    name: str
+    language: str
+    category: str
+    variables: list[str]
+    body: str
+
+
+async def templates_for(gateway: Gateway, channel_id: int) -> list[TemplateChoice]:
+    """The channel's approved templates, for the reply box's picker when the window is closed."""
+    async with gateway.db.read() as session:
+        found = await list_templates(session, channel_ids=[channel_id], status="APPROVED")
+    choices = []
+    for template in found:
+        # The placeholders stay: the picker fills them in as the agent types (app.js).
+        body = render_template_text(template.components, {}).body
+        choices.append(
+            TemplateChoice(
+                f"{template.name}|{template.language}",
+                template.name,
+                template.language,
+                template.category,
+                list(template.variables),
+                body,
+            )
+        )
+    return choices
+
+
+def send_request(
+    row: ConversationRow,
+    *,
+    text: str | None,
+    template: TemplateRef | None,
+    conversation_status: str | None,
+) -> SendMessageRequest:
+    """The reply as the API's own request body: to the number, or to the user id of a customer known
+    without one (API.md section 13)."""
+    recipient: dict[str, Any] = (
+        {"phone_number": row.phone_number} if row.phone_number else {"user_id": row.user_id}
+    )
+    body: dict[str, Any] = {"channel_id": row.channel_id, **recipient}
+    if template is not None:
+        body["template"] = template.model_dump()
+    else:
+        body["text"] = text
+    if conversation_status in (ConversationStatus.open.value, ConversationStatus.pending.value):
+        body["conversation_status"] = conversation_status
+    try:
+        return SendMessageRequest.model_validate(body)
+    except ValueError as exc:
+        raise ReplyRefused(str(exc)) from None
+
+
+class ReplyRefused(WagateError):
+    status_code = 422
+    code = "invalid_request"
+    message = "The reply cannot be sent."
+
+
+def explain_refusal(error: WagateError) -> str:
+    """A refusal of the send pipeline, in the reply box's words."""
+    if error.code == "window_closed":
+        return (
+            "The 24-hour window is closed: the customer has not written for a day. Send a template instead."
+        )
+    details = "; ".join(f"{d.get('field')}: {d.get('issue')}" for d in (error.details or []))
+    return f"{error.message} {details}".strip()
+
+
+def live_event(change: LiveChange) -> str:
+    return orjson.dumps(
+        {
+            "conversation_id": change.conversation_id,
+            "channel_id": change.channel_id,
+            "kind": change.kind,
+            "inbound": change.inbound,
+            "conversation_status": change.conversation_status,
+            "message_id": change.message_id,
+        }
+    ).decode()

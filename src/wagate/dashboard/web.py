@@ -1,0 +1,154 @@
+"""What every dashboard page needs: templates, the session cookie, CSRF, forms and error pages.
+
+The dashboard holds no rule of its own: pages call the same service functions as the API, with the
+signed-in user's `Principal`, and render what they return (or the error they raise).
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, quote
+
+from fastapi import Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from wagate.accounts.service import SessionUser, session_user
+from wagate.db import isoformat
+from wagate.deps import Gateway, get_gateway
+from wagate.errors import WagateError
+
+HERE = Path(__file__).parent
+STATIC = HERE / "static"
+SESSION_COOKIE = "wagate_session"
+# Before signing in there is no session: the sign-in form's token is checked against this cookie.
+LOGIN_CSRF_COOKIE = "wagate_login_csrf"
+MAX_FORM_BYTES = 64 * 1024
+# Pages load only our own files: no inline script, nothing from elsewhere.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; "
+        "connect-src 'self'; media-src 'self'; frame-ancestors 'none'; form-action 'self'; base-uri 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+
+templates = Environment(
+    loader=FileSystemLoader(HERE / "templates"),
+    autoescape=select_autoescape(["html"]),
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
+templates.filters["iso"] = lambda value: isoformat(value) if isinstance(value, datetime) else value
+
+
+def variable_label(variable: str) -> str:
+    """A template variable as the picker labels it: `1` -> `Body {{1}}`, `header.1` -> `Header {{1}}`,
+    `button.0` -> `Button 1`, a named one as its name."""
+    part, _, name = variable.rpartition(".")
+    if part == "button" and name.isdigit():
+        return f"Button {int(name) + 1}"
+    if part:
+        return f"{part.capitalize()} {{{{{name}}}}}"
+    return f"Body {{{{{variable}}}}}" if variable.isdigit() else variable
+
+
+templates.filters["variable_label"] = variable_label
+
+
+class SignInRequired(Exception):
+    """No valid session: a page redirects to the sign-in form, a fragment or a stream answers 401."""
+
+
+class FormRefused(Exception):
+    """A POST without the session's CSRF token (or with a body that is no form): 403, nothing changes."""
+
+
+def render(request: Request, template: str, status_code: int = 200, **context: Any) -> HTMLResponse:
+    context.setdefault("user", getattr(request.state, "user", None))
+    context.setdefault("path", request.url.path)
+    html = templates.get_template(template).render(request=request, **context)
+    return HTMLResponse(html, status_code=status_code, headers=SECURITY_HEADERS)
+
+
+def error_page(request: Request, error: WagateError) -> HTMLResponse:
+    return render(request, "error.html", status_code=error.status_code, error=error)
+
+
+def secure_cookies(request: Request) -> bool:
+    """Cookies are `Secure` when the browser reached us over https (directly or through a proxy
+    uvicorn trusts, see --forwarded-allow-ips)."""
+    return request.url.scheme == "https"
+
+
+def set_cookie(response: Response, request: Request, name: str, value: str, max_age: int) -> None:
+    response.set_cookie(
+        name,
+        value,
+        max_age=max_age,
+        httponly=True,
+        samesite="lax",
+        secure=secure_cookies(request),
+        path="/",
+    )
+
+
+async def current_user(request: Request) -> SessionUser:
+    """The signed-in user (kept on `request.state.user` for the templates), or SignInRequired."""
+    token = request.cookies.get(SESSION_COOKIE)
+    gateway: Gateway = get_gateway(request)
+    user = await session_user(gateway, token) if token else None
+    if user is None:
+        raise SignInRequired()
+    request.state.user = user
+    return user
+
+
+async def read_form(request: Request) -> dict[str, str]:
+    """An urlencoded form's fields (the last value of each), at most MAX_FORM_BYTES."""
+    if request.headers.get("content-type", "").split(";")[0].strip() != "application/x-www-form-urlencoded":
+        raise FormRefused("not a form")
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_FORM_BYTES:
+            raise FormRefused("the form is too large")
+    try:
+        fields = parse_qs(body.decode(), keep_blank_values=True, max_num_fields=200)
+    except (UnicodeDecodeError, ValueError):
+        raise FormRefused("not a form") from None
+    return {name: values[-1] for name, values in fields.items()}
+
+
+def check_csrf(given: str | None, expected: str | None) -> None:
+    if not given or not expected or not hmac.compare_digest(given.encode(), expected.encode()):
+        raise FormRefused("the form's security token is missing or wrong: reload the page and try again")
+
+
+async def posted_form(request: Request, user: SessionUser) -> dict[str, str]:
+    """The fields of a form a signed-in user posted, its CSRF token checked (or FormRefused)."""
+    form = await read_form(request)
+    check_csrf(form.get("csrf_token") or request.headers.get("x-csrf-token"), user.csrf_token)
+    return form
+
+
+def new_login_csrf() -> str:
+    return secrets.token_urlsafe(32)
+
+
+def login_redirect(request: Request) -> RedirectResponse:
+    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    return RedirectResponse(f"/login?next={quote(target, safe='')}", status_code=303)
+
+
+def safe_next(target: str | None) -> str:
+    """Where to go after signing in: a path of ours only (never another site)."""
+    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return "/conversations"
+    return target
