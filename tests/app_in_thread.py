@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
@@ -68,7 +69,10 @@ def gateway_with_app(
         database_url, simulator, secret_key or Fernet.generate_key().decode(), **settings
     )
     migrate(database_url)
-    provisioned = asyncio.run(run_provision(config, ProvisionFile.model_validate(spec or provision_file())))
+    spec_file = ProvisionFile.model_validate(spec or provision_file())
+    # In a thread of its own: the browser tests' Playwright keeps an event loop running in this one.
+    with ThreadPoolExecutor(1) as provisioner:
+        provisioned = provisioner.submit(asyncio.run, run_provision(config, spec_file)).result()
     ids = _ids(provisioned)
     app = create_app(config, run_dispatcher=run_dispatcher)
     url, stop = start_in_thread(app)
