@@ -1,0 +1,134 @@
+"""Screenshots of the dashboard's main pages for docs/, at desktop and phone width.
+
+Starts `wagate serve --sandbox` on a scratch database, makes some traffic through the API and the
+simulator (an OTP that is read, a customer who writes, a failed send), signs in with the password the
+sandbox prints, and photographs the pages with Debian's Chromium:
+
+    .venv/bin/python scripts/dashboard_screenshots.py [--out docs/screenshots]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+from playwright.sync_api import Page, sync_playwright
+
+ROOT = Path(__file__).resolve().parent.parent
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SIZES = {"desktop": (1280, 860), "phone": (390, 844)}
+
+
+def start_sandbox(workdir: Path, port: int) -> tuple[subprocess.Popen[str], dict[str, str]]:
+    env = {**os.environ, "WAGATE_DATABASE_URL": f"sqlite+aiosqlite:///{workdir / 'wagate.db'}"}
+    process = subprocess.Popen(
+        [str(ROOT / ".venv/bin/wagate"), "serve", "--sandbox", "--port", str(port)],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=workdir,
+    )
+    assert process.stderr is not None
+    banner = ""
+    deadline = time.monotonic() + 60
+    while "Dashboard:" not in banner and time.monotonic() < deadline:
+        banner += process.stderr.readline()
+    found = {
+        "token": re.search(r"API key \(shown once\): (\S+)", banner),
+        "password": re.search(r"password (\S+), shown once", banner),
+        "sim": re.search(r"Cloud API simulator (\S+)", banner),
+        "account": re.search(r"account_id (\d+)", banner),
+        "channel": re.search(r"channel_id (\d+)", banner),
+    }
+    values = {key: match.group(1) for key, match in found.items() if match}
+    if len(values) != len(found):
+        process.kill()
+        sys.exit(f"the sandbox did not start as expected:\n{banner}")
+    return process, values
+
+
+def traffic(url: str, sandbox: dict[str, str]) -> None:
+    api = f"{url}/v1/accounts/{sandbox['account']}/whatsapp/messages"
+    headers = {"Authorization": f"Bearer {sandbox['token']}"}
+    otp = {"name": "otp_code", "language": "en", "parameters": ["482913"]}
+    with httpx.Client(timeout=10) as http:
+        for number in ("+994501112233", "+994551234567", "+994500001026"):  # the last has no WhatsApp
+            http.post(
+                api,
+                headers=headers,
+                json={"channel_id": int(sandbox["channel"]), "phone_number": number, "template": otp},
+            ).raise_for_status()
+        http.post(
+            f"{sandbox['sim']}/_sim/inbound",
+            json={
+                "phone_number_id": "100000000000001",
+                "from": "+994551234567",
+                "text": "Hi! I did not get the code, can you send it again?",
+                "name": "Aysel Mammadova",
+            },
+        ).raise_for_status()
+        time.sleep(2)
+
+
+def shoot(page: Page, url: str, name: str, out: Path) -> None:
+    for size, (width, height) in SIZES.items():
+        page.set_viewport_size({"width": width, "height": height})
+        page.goto(url)
+        page.wait_for_timeout(400)
+        page.screenshot(path=str(out / f"{name}-{size}.png"), full_page=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--out", default=str(ROOT / "docs" / "screenshots"))
+    parser.add_argument("--port", type=int, default=8765)
+    out = Path(parser.parse_args().out)
+    out.mkdir(parents=True, exist_ok=True)
+    url = f"http://127.0.0.1:{parser.parse_args().port}"
+    with tempfile.TemporaryDirectory() as scratch:
+        process, sandbox = start_sandbox(Path(scratch), parser.parse_args().port)
+        try:
+            traffic(url, sandbox)
+            with sync_playwright() as playwright:
+                browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
+                page = browser.new_page()
+                shoot(page, f"{url}/login", "login", out)
+                page.get_by_label("Email").fill("admin@demo.test")
+                page.get_by_label("Password").fill(sandbox["password"])
+                page.get_by_role("button", name="Sign in").click()
+                shoot(page, f"{url}/conversations?status=open", "conversations-open", out)
+                shoot(page, f"{url}/conversations?status=resolved", "conversations-resolved", out)
+                page.goto(f"{url}/conversations?status=open")
+                page.locator(".conversations a").first.click()
+                shoot(page, page.url, "conversation-open-window", out)
+                page.goto(f"{url}/conversations?status=resolved")
+                for link in page.locator(".conversations a").all():
+                    if "+994500001026" in link.inner_text():
+                        link.click()
+                        break
+                shoot(page, page.url, "conversation-failed", out)
+                browser.close()
+        finally:
+            process.terminate()
+            process.wait(timeout=10)
+    print(f"screenshots in {out}")
+
+
+if __name__ == "__main__":
+    main()
