@@ -5,6 +5,7 @@ the browser tests are skipped without it (and fail under CI=true, so CI can neve
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import Iterator
 
@@ -32,8 +33,10 @@ HTMLMediaElement.prototype.play = function () { window.__plays += 1; return play
 """
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
+    """One browser per module: Playwright's sync API keeps an event loop running in this thread while
+    it is open, which would stop the modules after it from running `asyncio.run`."""
     if not os.path.exists(CHROMIUM):
         if os.environ.get("CI"):
             pytest.fail(f"Chromium is not installed at {CHROMIUM} (`apt-get install -y chromium`)")
@@ -53,5 +56,14 @@ def context(browser: Browser) -> Iterator[BrowserContext]:
 
 
 @pytest.fixture
-def page(context: BrowserContext) -> Page:
-    return context.new_page()
+def page(context: BrowserContext) -> Iterator[Page]:
+    """A tab whose script errors and console errors fail the test (a page that only looks right is not
+    done): a CSP refusal, a broken script, a failed fetch all show there."""
+    opened = context.new_page()
+    errors: list[str] = []
+    opened.on("pageerror", lambda error: errors.append(f"page error: {error}"))
+    opened.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    yield opened
+    # A refused sign-in, form or page is part of some tests: its status in the console is expected.
+    unexpected = [e for e in errors if not re.search(r"status of (401|403|404)", e)]
+    assert not unexpected, unexpected

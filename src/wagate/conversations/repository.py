@@ -331,15 +331,6 @@ def statuses_before(session: Session, *, channel_id: int, contact_ids: list[int]
     return {contact_id: ConversationStatus(status).value for contact_id, status in rows}
 
 
-async def conversation_by_id(
-    session: AsyncSession, *, account_id: int, conversation_id: int
-) -> Conversation | None:
-    found: Conversation | None = await session.scalar(
-        select(Conversation).where(Conversation.id == conversation_id, Conversation.account_id == account_id)
-    )
-    return found
-
-
 def first_user_id(session: Session, contact_id: int) -> str | None:
     """One user id of the contact (customers reached through one business have one)."""
     found: str | None = session.scalar(

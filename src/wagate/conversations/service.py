@@ -13,7 +13,6 @@ from wagate.channels.service import channel_for_member, member_channels
 from wagate.conversations.models import Contact, Conversation, ConversationStatus
 from wagate.conversations.repository import (
     ConversationRow,
-    conversation_by_id,
     conversation_row,
     find_contact_conversation,
     find_conversation,
@@ -120,15 +119,9 @@ async def change_conversation_status(
     """Resolve, reopen or set pending a conversation of an inbox the caller is a member of (404 for
     another account's or an unknown one, 403 for an inbox the caller is not a member of)."""
 
-    async with gateway.db.read() as session:
-        conversation = await conversation_by_id(
-            session, account_id=principal.account_id, conversation_id=conversation_id
-        )
-    if conversation is None:
-        raise ConversationNotFound()
-    await gateway.lookups.channel(principal, conversation.channel_id)
+    conversation = await conversation_for(gateway, principal=principal, conversation_id=conversation_id)
     change = LiveChange(
-        conversation.account_id,
+        principal.account_id,
         conversation.channel_id,
         conversation_id,
         LiveKind.conversation,

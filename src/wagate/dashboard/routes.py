@@ -157,7 +157,7 @@ async def conversations(
         template,
         tab=tab.value,
         page=page,
-        rows=[views.conversation_item(row) for row in page.rows],
+        rows=[views.ConversationItem(row) for row in page.rows],
         inboxes=inboxes,
         inbox=inbox,
         q=q or "",
@@ -170,7 +170,7 @@ async def _conversation_context(
 ) -> dict[str, Any]:
     row = await conversation_for(gateway, principal=user.principal, conversation_id=conversation_id)
     return {
-        "conversation": views.conversation_item(row),
+        "conversation": views.ConversationItem(row),
         "window": window_of(row.last_customer_message_at),
         "messages": await views.messages_of(gateway, row),
         "templates": await views.templates_for(gateway, row.channel_id),

@@ -52,40 +52,19 @@ async def inboxes_of(gateway: Gateway, user: SessionUser) -> list[Inbox]:
 
 @dataclass(frozen=True)
 class ConversationItem:
-    id: int
-    channel_id: int
-    inbox: str
-    status: str
-    last_activity_at: datetime
-    phone_number: str | None
-    user_id: str | None
-    name: str | None
-    username: str | None
+    """A conversation as a page shows it: the row, and how to name the customer and page the list."""
+
     row: ConversationRow
 
     @property
     def customer(self) -> str:
-        """How the customer is shown: the number in E.164, else the username, else the user id."""
-        return self.phone_number or (f"@{self.username}" if self.username else None) or self.user_id or "?"
+        """The number in E.164, else the username, else the user id (API.md section 13)."""
+        row = self.row
+        return row.phone_number or (f"@{row.username}" if row.username else None) or row.user_id or "?"
 
     @property
     def cursor(self) -> str:
-        return f"{self.last_activity_at.isoformat()}_{self.id}"
-
-
-def conversation_item(row: ConversationRow) -> ConversationItem:
-    return ConversationItem(
-        id=row.id,
-        channel_id=row.channel_id,
-        inbox=row.channel_name,
-        status=row.status.value,
-        last_activity_at=row.last_activity_at,
-        phone_number=row.phone_number,
-        user_id=row.user_id,
-        name=row.name,
-        username=row.username,
-        row=row,
-    )
+        return f"{self.row.last_activity_at.isoformat()}_{self.row.id}"
 
 
 @dataclass(frozen=True)

@@ -39,35 +39,27 @@
     picker.hidden = open;
   }
 
-  async function refresh(el) {
-    const url = el && el.dataset.partUrl;
-    if (!url) return;
-    const response = await fetch(url, { headers: { "Accept": "text/html" }, credentials: "same-origin" });
-    if (response.status === 401) { window.location.reload(); return; }
-    if (!response.ok) return;
-    el.innerHTML = await response.text();
-    localTimes(el);
+  // The live parts of a page are htmx elements (`hx-get`, `hx-trigger="wagate-refresh"`): a change
+  // that concerns them triggers their refetch; htmx swaps the fresh HTML in.
+  function refresh(id) {
+    const el = document.getElementById(id);
+    if (el && window.htmx) window.htmx.trigger(el, "wagate-refresh");
   }
 
-  let listTimer = null;
-  function refreshList() {
-    const list = document.getElementById("conversation-list");
-    if (!list) return;
-    clearTimeout(listTimer);
-    listTimer = setTimeout(async () => {
-      const response = await fetch(list.dataset.listUrl, { credentials: "same-origin" });
-      if (response.ok) { list.innerHTML = await response.text(); localTimes(list); }
-    }, 300);
+  function refreshList() { refresh("conversation-list"); }
+
+  function refreshConversation() {
+    refresh("messages");
+    refresh("conversation-state");
   }
 
-  async function refreshConversation() {
-    await Promise.all([
-      refresh(document.getElementById("messages")),
-      refresh(document.getElementById("conversation-state")),
-    ]);
+  document.addEventListener("htmx:after:swap", (event) => {
+    localTimes(event.target instanceof Element ? event.target : document);
     replyMode();
     countdowns();
-  }
+  });
+  // A part refused (the session ended, the conversation went away): the whole page says why.
+  document.addEventListener("htmx:response:error", () => window.location.reload());
 
   let unseen = 0;
   function notify() {
