@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
 from wagate.accounts.service import SignInThrottle
+from wagate.dashboard import (
+    bulk_pages,
+    message_log,
+    settings_access,
+    settings_webhooks,
+    usage_pages,
+)
 from wagate.dashboard.routes import form_refused, router
-from wagate.dashboard.web import STATIC, FormRefused, SignInRequired, login_redirect
+from wagate.dashboard.web import STATIC, FormRefused, SignInRequired, error_page, login_redirect
+from wagate.errors import AdministratorRequired
 
 __all__ = ["install_dashboard"]
 
@@ -17,6 +25,15 @@ def install_dashboard(app: FastAPI) -> None:
     app.state.sign_in_throttle = SignInThrottle()
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.include_router(router)
+    for area in (settings_webhooks, settings_access, message_log, usage_pages, bulk_pages):
+        app.include_router(area.router)
+
+    @app.exception_handler(AdministratorRequired)
+    async def _administrators_only(request: Request, exc: AdministratorRequired) -> Response:
+        # Pages render it; the API answers its JSON error body as everywhere else.
+        if request.url.path.startswith("/v1/"):
+            return JSONResponse(exc.body(), status_code=exc.status_code)
+        return error_page(request, exc)
 
     @app.exception_handler(SignInRequired)
     async def _sign_in(request: Request, _: SignInRequired) -> Response:

@@ -110,6 +110,13 @@ async def current_user(request: Request) -> SessionUser:
     return user
 
 
+async def current_administrator(request: Request) -> SessionUser:
+    """The signed-in user when an administrator (settings pages); 403 `administrator_required` else."""
+    user = await current_user(request)
+    user.principal.require_administrator()
+    return user
+
+
 async def read_form(request: Request) -> dict[str, str]:
     """An urlencoded form's fields (the last value of each), at most MAX_FORM_BYTES."""
     if request.headers.get("content-type", "").split(";")[0].strip() != "application/x-www-form-urlencoded":
