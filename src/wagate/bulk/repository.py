@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, delete, exists, func, insert, select
+from sqlalchemy import Exists, and_, case, delete, exists, func, insert, literal, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
@@ -85,14 +85,19 @@ async def live_batch(session: AsyncSession, *, account_id: int, batch_id: str, n
     return found
 
 
-async def recipient_rows(session: AsyncSession, *, batch_id: str) -> list[Any]:
-    """Each recipient in request order: (number, message id, rejection, message status, Meta's error,
-    whether its send still waits to be handed to Meta)."""
-    waiting = exists().where(
+def _send_waiting() -> Exists:
+    """Whether the message's send still waits to be handed to Meta (the batch shows it `pending`)."""
+    return exists().where(
         OutboxJob.message_id == Message.id,
         OutboxJob.kind == JobKind.send_message,
         OutboxJob.state.in_(WAITING),
     )
+
+
+async def recipient_rows(session: AsyncSession, *, batch_id: str) -> list[Any]:
+    """Each recipient in request order: (number, message id, rejection, message status, Meta's error,
+    whether its send still waits to be handed to Meta)."""
+    waiting = _send_waiting()
     rows = await session.execute(
         select(
             BatchRecipient.phone_number,
@@ -116,3 +121,41 @@ def purge_expired_batches(session: Session, *, limit: int = 100) -> int:
         session.execute(delete(BatchRecipient).where(BatchRecipient.batch_id.in_(expired)))
         session.execute(delete(Batch).where(Batch.id.in_(expired)))
     return len(expired)
+
+
+async def batches_page(
+    session: AsyncSession,
+    *,
+    account_id: int,
+    channel_ids: list[int],
+    before: str | None,
+    limit: int,
+    now: datetime,
+) -> list[Batch]:
+    """The account's live batches on these channels, newest first (batch ids are time-ordered, so the
+    id alone pages them)."""
+    if not channel_ids:
+        return []
+    query = select(Batch).where(
+        Batch.account_id == account_id, Batch.channel_id.in_(channel_ids), Batch.expires_at > now
+    )
+    if before is not None:
+        query = query.where(Batch.id < before)
+    return list(await session.scalars(query.order_by(Batch.id.desc()).limit(limit)))
+
+
+async def batch_progress(session: AsyncSession, *, batch_ids: list[str]) -> dict[str, dict[str, int]]:
+    """Each batch's messages by state, as `read_batch` counts them, in one statement: `pending` (not yet
+    handed to Meta), else the message's status."""
+    if not batch_ids:
+        return {}
+    state = case((_send_waiting(), literal("pending")), else_=Message.status)
+    rows = await session.execute(
+        select(Message.batch_id, state, func.count())
+        .where(Message.batch_id.in_(batch_ids))
+        .group_by(Message.batch_id, state)
+    )
+    progress: dict[str, dict[str, int]] = {}
+    for batch_id, shown, count in rows:
+        progress.setdefault(batch_id, {})[str(shown)] = count
+    return progress

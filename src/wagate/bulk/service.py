@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -21,9 +22,9 @@ from sqlalchemy.orm import Session
 
 from wagate.accounts.auth import Principal
 from wagate.bulk import repository
-from wagate.bulk.models import BatchRecipient, BatchReport, PreparedBatch, RecipientState
+from wagate.bulk.models import Batch, BatchRecipient, BatchReport, PreparedBatch, RecipientState
 from wagate.bulk.schemas import MAX_RECIPIENTS, BulkRecipient, SendBulkRequest
-from wagate.channels.service import channel_for_member
+from wagate.channels.service import channel_for_member, member_channels
 from wagate.config import Settings
 from wagate.conversations.repository import marketing_stopped, open_windows
 from wagate.conversations.service import WINDOW
@@ -280,3 +281,45 @@ async def read_batch(
         failed = shown in ("failed", "rejected")
         recipients.append(RecipientState(number, message_id, shown, external_error if failed else None))
     return BatchReport(batch, counts, recipients)
+
+
+BATCHES_PAGE = 25
+
+
+@dataclass(frozen=True)
+class BatchSummary:
+    batch: Batch
+    counts: dict[str, int]  # pending, sent, delivered, read, failed (rejected: batch.rejected)
+
+
+async def list_batches(
+    gateway: Gateway, *, principal: Principal, before: str | None = None
+) -> tuple[list[BatchSummary], str | None]:
+    """The batches of the caller's inboxes, newest first, with their progress (two statements a page);
+    and the id to pass as `before` for the next page."""
+    async with gateway.db.read() as session:
+        channel_ids = [channel.id for channel in await member_channels(session, principal=principal)]
+        batches = await repository.batches_page(
+            session,
+            account_id=principal.account_id,
+            channel_ids=channel_ids,
+            before=before,
+            limit=BATCHES_PAGE + 1,
+            now=utcnow(),
+        )
+        more = len(batches) > BATCHES_PAGE
+        batches = batches[:BATCHES_PAGE]
+        progress = await repository.batch_progress(session, batch_ids=[b.id for b in batches])
+    summaries = [
+        BatchSummary(
+            b,
+            {
+                "pending": 0,
+                **{s.value: 0 for s in MessageStatus},
+                **progress.get(b.id, {}),
+                "rejected": b.rejected,
+            },
+        )
+        for b in batches
+    ]
+    return summaries, batches[-1].id if more else None

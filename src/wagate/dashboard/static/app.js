@@ -46,7 +46,12 @@
     if (el && window.htmx) window.htmx.trigger(el, "wagate-refresh");
   }
 
-  function refreshList() { refresh("conversation-list"); }
+  // Lists that follow the live stream (conversations, batches) carry `data-live-refresh`.
+  function refreshList() {
+    for (const el of document.querySelectorAll("[data-live-refresh]")) {
+      if (window.htmx) window.htmx.trigger(el, "wagate-refresh");
+    }
+  }
 
   function refreshConversation() {
     refresh("messages");
