@@ -21,7 +21,7 @@ from wagate.accounts.auth import Principal
 from wagate.accounts.models import ApiKey, DashboardSession, Role, User
 from wagate.db import detached, utcnow
 from wagate.deps import Gateway
-from wagate.errors import Conflict, NotFound, RateLimited, Unauthorized
+from wagate.errors import Conflict, InvalidRequest, NotFound, RateLimited, Unauthorized
 from wagate.security import (
     hash_api_token,
     hash_password,
@@ -32,6 +32,8 @@ from wagate.security import (
 
 # Enough of the token to tell keys apart on a settings page; far too little to guess the rest.
 TOKEN_PREFIX_LENGTH = 12
+# The column's size: a name says what the key is for ("crm", "zapier"), never a secret.
+API_KEY_NAME_LENGTH = 200
 
 
 class ApiKeyNotFound(NotFound):
@@ -103,11 +105,59 @@ async def list_api_keys(
     return list(await session.scalars(query.order_by(ApiKey.id)))
 
 
+@dataclass(frozen=True)
+class ListedKey:
+    """A key as the settings page lists it: the key (never its token) and who owns it."""
+
+    key: ApiKey
+    owner_name: str
+    owner_email: str
+
+
+@dataclass(frozen=True)
+class KeyPage:
+    rows: list[ListedKey]
+    next_before: int | None  # the id to ask `before` for the next (older) page, None on the last
+
+
+async def api_key_page(
+    session: AsyncSession, *, account_id: int, before_id: int | None = None, limit: int = 50
+) -> KeyPage:
+    """The account's keys, revoked ones included, newest first, `limit` at a time."""
+    query = (
+        select(ApiKey, User.name, User.email)
+        .join(User, User.id == ApiKey.user_id)
+        .where(ApiKey.account_id == account_id)
+    )
+    if before_id is not None:
+        query = query.where(ApiKey.id < before_id)
+    found = (await session.execute(query.order_by(ApiKey.id.desc()).limit(limit + 1))).all()
+    rows = [ListedKey(key, name, email) for key, name, email in found[:limit]]
+    return KeyPage(rows, rows[-1].key.id if len(found) > limit else None)
+
+
+async def account_users(session: AsyncSession, *, account_id: int) -> list[User]:
+    """The users of the account, by name: who may own a key or be an inbox's member."""
+    return list(
+        await session.scalars(select(User).where(User.account_id == account_id).order_by(User.name, User.id))
+    )
+
+
 # The actions, as the dashboard takes them: one transaction each; a revoked key is refused by this
 # process at once (its cached principal dropped) and by the others within the cache's 5 s.
 
 
 async def create_api_key(gateway: Gateway, *, account_id: int, user_id: int, name: str) -> IssuedKey:
+    """A new key for a user of the account, named as typed (surrounding spaces dropped): 422 for an
+    empty or too long name, 409 for a name the user's other keys have, 404 for a user of another
+    account."""
+    name = name.strip()
+    if not name or len(name) > API_KEY_NAME_LENGTH:
+        raise InvalidRequest(
+            f"An API key needs a name of 1 to {API_KEY_NAME_LENGTH} characters.",
+            details=[{"field": "name", "issue": f"must be 1 to {API_KEY_NAME_LENGTH} characters"}],
+        )
+
     def unit(session: Session) -> IssuedKey:
         issued = issue_api_key(session, account_id=account_id, user_id=user_id, name=name)
         return IssuedKey(key=detached(session, issued.key), token=issued.token)

@@ -1,13 +1,22 @@
-"""Channels a caller may use: of its account and with the caller as an inbox member."""
+"""Channels a caller may use: of its account and with the caller as an inbox member; and the
+inboxes' members, as administrators manage them (the dashboard's settings > Inboxes)."""
 
 from __future__ import annotations
 
-from sqlalchemy import exists, select
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sqlalchemy import delete, exists, select
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
 
 from wagate.accounts.auth import Principal
+from wagate.accounts.models import Role, User
 from wagate.channels.models import Channel, ChannelMember
-from wagate.errors import ChannelNotFound, Forbidden
+from wagate.errors import ChannelNotFound, Forbidden, NotFound
+
+if TYPE_CHECKING:  # wagate.deps imports wagate.lookups, which imports this module
+    from wagate.deps import Gateway
 
 
 async def member_channels(session: AsyncSession, *, principal: Principal) -> list[Channel]:
@@ -40,3 +49,117 @@ async def channel_for_member(session: AsyncSession, *, principal: Principal, cha
         raise Forbidden("The API key's user is not a member of this channel's inbox.")
     channel: Channel = row[0]
     return channel
+
+
+# --- inbox members, as administrators manage them --------------------------------------------------
+
+
+class MemberNotFound(NotFound):
+    code = "user_not_found"
+    message = "No user with this id exists in the account."
+
+
+@dataclass(frozen=True)
+class InboxMember:
+    user_id: int
+    name: str
+    email: str
+    role: Role
+
+
+@dataclass(frozen=True)
+class Inbox:
+    """A channel of the account with its members (by name)."""
+
+    channel: Channel
+    members: list[InboxMember]
+
+
+@dataclass(frozen=True)
+class InboxPage:
+    rows: list[Inbox]
+    next_after: int | None  # the id to ask `after` for the next page, None on the last
+
+
+async def account_channels(
+    session: AsyncSession, *, principal: Principal, after_id: int | None = None, limit: int = 50
+) -> tuple[list[Channel], int | None]:
+    """Every channel of the principal's account (administrators only), by id, `limit` at a time, and
+    the `after` of the next page (None on the last)."""
+    principal.require_administrator()
+    query = select(Channel).where(Channel.account_id == principal.account_id)
+    if after_id is not None:
+        query = query.where(Channel.id > after_id)
+    found = list(await session.scalars(query.order_by(Channel.id).limit(limit + 1)))
+    return found[:limit], found[limit - 1].id if len(found) > limit else None
+
+
+async def account_inboxes(
+    session: AsyncSession, *, principal: Principal, after_id: int | None = None, limit: int = 20
+) -> InboxPage:
+    """The account's channels with their members (administrators only), a page at a time."""
+    channels, next_after = await account_channels(
+        session, principal=principal, after_id=after_id, limit=limit
+    )
+    members: dict[int, list[InboxMember]] = {channel.id: [] for channel in channels}
+    rows = await session.execute(
+        select(ChannelMember.channel_id, User.id, User.name, User.email, User.role)
+        .join(User, User.id == ChannelMember.user_id)
+        .where(ChannelMember.channel_id.in_(list(members)))
+        .order_by(User.name, User.id)
+    )
+    for channel_id, user_id, name, email, role in rows:
+        members[channel_id].append(InboxMember(user_id, name, email, Role(role)))
+    return InboxPage([Inbox(channel, members[channel.id]) for channel in channels], next_after)
+
+
+def _channel_and_user(session: Session, *, account_id: int, channel_id: int, user_id: int) -> None:
+    """Both belong to the account (404 `channel_not_found` / `user_not_found` otherwise)."""
+    if (
+        session.scalar(select(Channel.id).where(Channel.id == channel_id, Channel.account_id == account_id))
+        is None
+    ):
+        raise ChannelNotFound()
+    if session.scalar(select(User.id).where(User.id == user_id, User.account_id == account_id)) is None:
+        raise MemberNotFound()
+
+
+async def add_inbox_member(gateway: Gateway, *, principal: Principal, channel_id: int, user_id: int) -> bool:
+    """Make a user of the account a member of the channel's inbox (administrators only); True when
+    added, False when it was a member already. From then on the user's keys and dashboard may use the
+    channel (a refusal is never cached, so at once in every process)."""
+    principal.require_administrator()
+
+    def unit(session: Session) -> bool:
+        _channel_and_user(session, account_id=principal.account_id, channel_id=channel_id, user_id=user_id)
+        member = session.get(ChannelMember, (channel_id, user_id))
+        if member is not None:
+            return False
+        session.add(ChannelMember(channel_id=channel_id, user_id=user_id))
+        session.flush()
+        return True
+
+    added: bool = await gateway.db.write(unit)
+    return added
+
+
+async def remove_inbox_member(
+    gateway: Gateway, *, principal: Principal, channel_id: int, user_id: int
+) -> bool:
+    """Take a user out of the channel's inbox (administrators only); True when removed, False when it
+    was no member. The user's keys are refused on the channel at once by this process (its cached
+    right to the channel dropped) and by the others within the cache's 5 s."""
+    principal.require_administrator()
+
+    def unit(session: Session) -> bool:
+        _channel_and_user(session, account_id=principal.account_id, channel_id=channel_id, user_id=user_id)
+        removed = session.execute(
+            delete(ChannelMember).where(
+                ChannelMember.channel_id == channel_id, ChannelMember.user_id == user_id
+            )
+        )
+        return bool(removed.rowcount)  # type: ignore[attr-defined]
+
+    removed: bool = await gateway.db.write(unit)
+    gateway.lookups.channels.discard((user_id, principal.account_id, channel_id))
+    return removed
