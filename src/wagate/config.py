@@ -30,6 +30,9 @@ class Settings(BaseSettings):
     # How long a send whose outcome is unknown (the process died mid-call) waits for Meta's status
     # webhook before it is sent again; Meta reports `sent` within seconds of accepting a message.
     unconfirmed_send_grace_seconds: float = 60.0
+    # A channel Meta refuses (its token, its account) is paused: one probe send every this many seconds
+    # until Meta takes it again (docs/operations.md).
+    channel_probe_seconds: float = Field(60.0, gt=0)
     template_sync_interval_seconds: float = 3600.0
     idempotency_ttl_seconds: int = 24 * 3600
     # Timeout for one call to the Cloud API.

@@ -124,6 +124,9 @@ def _channel(
     channel.messages_per_second = spec.messages_per_second
     if not box.matches(channel.access_token_encrypted, spec.access_token):
         channel.access_token_encrypted = box.encrypt(spec.access_token)
+        # A new token is the usual fix of a paused channel: try it at once rather than at the next probe.
+        channel.paused_reason = None
+        channel.paused_at = None
     session.flush()
     wanted = set()
     for email in spec.members:

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from contextlib import contextmanager
 
-import httpx
 import pytest
-from test_sign_in import post_login
 
 from app_in_thread import running_gateway
 from receiver import Receiver
-from support import Gateway, Simulator, new_number
+from support import Gateway, Simulator, new_number, signed_in
 
 
 @pytest.fixture(scope="module")
@@ -24,15 +21,6 @@ def gateway(database_url: str, simulator: Simulator) -> Iterator[Gateway]:
 
 ROW = re.compile(r'data-conversation-id="(\d+)"')
 OLDER = re.compile(r'<a class="more" href="([^"]+)">Older conversations</a>')
-
-
-@contextmanager
-def signed_in(
-    gateway: Gateway, email: str = "admin@acme.test", password: str = "pw-admin"
-) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=gateway.url) as client:
-        assert post_login(client, email, password).status_code == 303
-        yield client
 
 
 def test_pages_follow_each_other_without_gaps_or_repeats(gateway: Gateway) -> None:

@@ -8,7 +8,7 @@ import re
 import httpx
 
 from app_in_thread import sql
-from support import Gateway
+from support import Gateway, post_login
 from wagate.security import (
     _verify_scrypt,  # noqa: F401 (the scheme the old hashes used exists)
     hash_password,
@@ -23,13 +23,6 @@ def login_page(client: httpx.Client) -> str:
     match = TOKEN.search(page.text)
     assert match is not None
     return match.group(1)
-
-
-def post_login(client: httpx.Client, email: str, password: str) -> httpx.Response:
-    token = login_page(client)
-    return client.post(
-        "/login", data={"email": email, "password": password, "csrf_token": token, "next": "/"}
-    )
 
 
 def test_a_signed_out_page_goes_to_the_sign_in_form_and_back(gateway: Gateway) -> None:

@@ -26,6 +26,10 @@ class Channel(Base):
     messages_per_second: Mapped[int] = mapped_column(Integer, default=80)
     templates_synced_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # Set while Meta refuses the channel itself (its token, its account): its sends wait instead of
+    # failing, the dashboard shows why, and a probe send resumes it once Meta takes sends again.
+    paused_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    paused_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
 
 
 class ChannelMember(Base):

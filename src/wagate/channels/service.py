@@ -163,3 +163,18 @@ async def remove_inbox_member(
     removed: bool = await gateway.db.write(unit)
     gateway.lookups.channels.discard((user_id, principal.account_id, channel_id))
     return removed
+
+
+async def paused_channels(session: AsyncSession, *, principal: Principal) -> list[Channel]:
+    """The caller's inboxes whose sends wait because Meta refuses the channel (its token, its account)."""
+    rows = await session.scalars(
+        select(Channel)
+        .join(ChannelMember, ChannelMember.channel_id == Channel.id)
+        .where(
+            Channel.account_id == principal.account_id,
+            ChannelMember.user_id == principal.user_id,
+            Channel.paused_reason.is_not(None),
+        )
+        .order_by(Channel.id)
+    )
+    return list(rows)

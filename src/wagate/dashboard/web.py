@@ -18,6 +18,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from wagate.accounts.service import SessionUser, session_user
+from wagate.channels.service import paused_channels
 from wagate.db import isoformat
 from wagate.deps import Gateway, get_gateway
 from wagate.errors import WagateError
@@ -72,6 +73,7 @@ class FormRefused(Exception):
 
 def render(request: Request, template: str, status_code: int = 200, **context: Any) -> HTMLResponse:
     context.setdefault("user", getattr(request.state, "user", None))
+    context.setdefault("paused", getattr(request.state, "paused", []))
     context.setdefault("path", request.url.path)
     html = templates.get_template(template).render(request=request, **context)
     return HTMLResponse(html, status_code=status_code, headers=SECURITY_HEADERS)
@@ -107,6 +109,9 @@ async def current_user(request: Request) -> SessionUser:
     if user is None:
         raise SignInRequired()
     request.state.user = user
+    # The health banner of every page: inboxes whose sends wait because Meta refuses the channel.
+    async with gateway.db.read() as session:
+        request.state.paused = await paused_channels(session, principal=user.principal)
     return user
 
 

@@ -28,7 +28,13 @@ from wagate.outbox.limiter import SlidingWindowLimiter
 from wagate.outbox.models import ClaimedSend, FastClaim, Priority
 from wagate.outbox.recorder import BatchRecorder
 from wagate.outbox.retry import CHANNEL_THROTTLED
-from wagate.whatsapp.errors import NotDelivered, ThrottlingError, Unconfirmed, UpstreamError
+from wagate.whatsapp.errors import (
+    NotDelivered,
+    ThrottlingError,
+    Unconfirmed,
+    UpstreamError,
+    stops_the_channel,
+)
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +52,7 @@ class ChannelConfig:
     phone_number_id: str
     access_token: str
     messages_per_second: int
+    paused: bool = False  # Meta refuses the channel (see Held): only a probe send goes
 
 
 class ChannelLane:
@@ -65,6 +72,9 @@ class ChannelLane:
         self.wake_event = asyncio.Event()
         self.throttled_until = 0.0
         self.throttle_count = 0
+        # While Meta refuses the channel itself: nothing is sent until this moment, then one probe.
+        self.paused_until = 0.0
+        self.resumed = False  # a probe went through: the next record clears the channel's pause
         self.calls: set[asyncio.Task[None]] = set()
         # Rows claimed ahead of their moment (see _round); given back if the lane stops.
         self.claimed: deque[ClaimedSend] = deque()
@@ -92,6 +102,8 @@ class ChannelLane:
         needed: see the limiter). None when the lane cannot send it now: the row is stored ready, the
         lane is woken, and it claims the row ahead of every bulk send at the window's next room."""
         if self.config is None or self.stopping or time.monotonic() < self.throttled_until:
+            return None
+        if self.config.paused:  # the row waits with the channel's others; a probe goes first
             return None
         if len(self.calls) >= self.max_in_flight:
             return None
@@ -139,6 +151,7 @@ class ChannelLane:
                 channel.phone_number_id,
                 self.deps.secret_box.decrypt(channel.access_token_encrypted),
                 channel.messages_per_second,
+                paused=channel.paused_reason is not None,
             )
             self.limiter.set_rate(channel.messages_per_second)
             self.config_loaded_at = time.monotonic()
@@ -174,6 +187,8 @@ class ChannelLane:
         config = await self._load_config()
         if config is None or self.stopping:
             return False
+        if config.paused:
+            return await self._probe_round()
         while len(self.calls) >= self.max_in_flight:
             await asyncio.wait(self.calls, return_when=asyncio.FIRST_COMPLETED)
         self._start_sends()  # what may go now goes before the claim's round trip to the database
@@ -190,6 +205,27 @@ class ChannelLane:
         if not self.stopping:
             self._start_sends()
         return True
+
+    async def _probe_round(self) -> bool:
+        """A paused channel sends one message at a time, every `channel_probe_seconds`: when Meta
+        takes it, the channel resumes (record_outcomes clears the pause); when Meta refuses it
+        again, it waits, uncounted, with the others."""
+        await self._give_back_claimed()
+        wait = self.paused_until - time.monotonic()
+        if wait > 0:
+            # New rows wake the lane as usual; they wait with the others (stop() wakes it too).
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake_event.wait(), timeout=wait)
+            return False
+        if self.calls:  # the probe is under way
+            await asyncio.wait(self.calls)
+            return True
+        self.paused_until = time.monotonic() + self.deps.settings.channel_probe_seconds
+        await self._claim_ahead(limit=1)
+        if self.claimed:
+            self.send_now(self.claimed.popleft(), self.limiter.record(1))
+            return True
+        return False
 
     def _single_first(self) -> bool:
         return bool(self.claimed) and self.claimed[0].priority < Priority.bulk
@@ -220,14 +256,14 @@ class ChannelLane:
             await self.deps.db.write(lambda session: sends.unclaim(session, unsent))
             self.holding.difference_update(unsent)
 
-    async def _claim_ahead(self) -> None:
+    async def _claim_ahead(self, limit: int | None = None) -> None:
         """Claim the coming half second's sends, single sends before bulk ones.
 
         The lane never holds more than that, however often it is woken. When it is full and woken
         for a single send, it trades bulk rows from the end of its queue for waiting single sends, so
         an OTP does not wait for the queue to drain.
         """
-        room = self._claim_ahead_size() - len(self.claimed)
+        room = (limit if limit is not None else self._claim_ahead_size()) - len(self.claimed)
         tail = [] if room > 0 else [c.job_id for c in reversed(self.claimed) if c.priority >= Priority.bulk]
         limit = room if room > 0 else min(len(tail), self.limiter.slice_rate)
         if limit <= 0:
@@ -312,8 +348,17 @@ class ChannelLane:
         except Unconfirmed as exc:
             return sends.Unknown(claimed, str(exc))
         except UpstreamError as exc:
+            if stops_the_channel(exc):
+                # Every send would fail the same way: they wait, and the channel is paused.
+                if self.config is not None:
+                    self.config.paused = True
+                self.paused_until = time.monotonic() + self.deps.settings.channel_probe_seconds
+                return sends.Held(claimed, exc.external_error)
             return sends.Rejected(claimed, exc.external_error)
         self.throttle_count = 0
+        if config.paused:
+            config.paused = False  # Meta took the probe: the lane sends at its rate again
+            self.resumed = True
         return sends.Sent(claimed, result.wamid)
 
     async def _record(self, batch: list[sends.Outcome]) -> list[sends.Outcome]:
@@ -321,6 +366,7 @@ class ChannelLane:
         must wait for the next try. They stay held, their leases renewed, so no one sends them again."""
         grace = self.deps.settings.unconfirmed_send_grace_seconds
         subscriptions = await self.deps.lookups.subscriptions()
+        resumed, self.resumed = self.resumed, False
 
         def record(session: Session, outcomes: Sequence[sends.Outcome]) -> int:
             return sends.record_outcomes(
@@ -329,6 +375,7 @@ class ChannelLane:
                 grace_seconds=grace,
                 subscriptions=subscriptions,
                 prices=self.deps.settings.prices,
+                resumed_channel=self.channel_id if resumed else None,
             )
 
         events, unwritten = await write_isolating(self.deps.db, batch, record, sends.park_outcome, first=True)

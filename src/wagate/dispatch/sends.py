@@ -12,13 +12,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import bindparam, delete, select, update
 from sqlalchemy.orm import Session
 
 from wagate.bulk.completion import complete_batches
+from wagate.channels.models import Channel
 from wagate.db import table_of, utcnow
 from wagate.events.subscriptions import Subscriptions
 from wagate.messages.events import publish_status_changes
@@ -67,7 +68,16 @@ class Rejected:
     external_error: str
 
 
-Outcome = Sent | Retry | Unknown | Rejected
+@dataclass(frozen=True)
+class Held:
+    """Meta refused the channel itself (its token, its account): the send waits, uncounted, while the
+    channel is paused; it goes once Meta takes the channel's sends again."""
+
+    send: ClaimedSend
+    error: str
+
+
+Outcome = Sent | Retry | Unknown | Rejected | Held
 
 
 def claim_sends(
@@ -115,6 +125,38 @@ def claim_sends(
     return sorted(claimed, key=lambda c: (c.priority, c.job_id))
 
 
+def _hold(session: Session, held: list[Held], now: datetime) -> None:
+    """Sends of a channel Meta refuses: ready again, their attempt not counted, and the channel
+    paused with Meta's reason (the first time only: `paused_at` says since when)."""
+    session.execute(
+        update(OutboxJob)
+        .where(OutboxJob.id.in_([o.send.job_id for o in held]), OutboxJob.state == JobState.in_flight)
+        .values(
+            state=JobState.ready,
+            attempts=OutboxJob.attempts - 1,
+            last_error=held[-1].error[:1000],
+            locked_by=None,
+            locked_until=None,
+            run_at=now,
+        )
+    )
+    channel_id = session.scalar(select(OutboxJob.channel_id).where(OutboxJob.id == held[0].send.job_id))
+    if channel_id is not None:
+        session.execute(
+            update(Channel)
+            .where(Channel.id == channel_id, Channel.paused_reason.is_(None))
+            .values(paused_reason=held[-1].error[:1000], paused_at=now)
+        )
+
+
+def resume_channel(session: Session, channel_id: int) -> None:
+    session.execute(
+        update(Channel)
+        .where(Channel.id == channel_id, Channel.paused_reason.is_not(None))
+        .values(paused_reason=None, paused_at=None)
+    )
+
+
 def unclaim(session: Session, job_ids: list[int]) -> None:
     """Rows claimed ahead that were never sent (the lane stopped): ready again for any worker."""
     session.execute(
@@ -152,9 +194,11 @@ def record_outcomes(
     grace_seconds: float,
     subscriptions: Subscriptions | None = None,
     prices: Prices | None = None,
+    resumed_channel: int | None = None,
 ) -> int:
     """Store a round of send results and their events in one transaction; returns how many events.
-    `prices`: what a category named by a parked status's `pricing` costs."""
+    `prices`: what a category named by a parked status's `pricing` costs. `resumed_channel`: the
+    paused channel these outcomes came from: a send Meta took resumes it."""
     now = utcnow()
     # A send that kept failing to reach Meta (refused, throttled) for its whole retry policy fails.
     outcomes = [
@@ -182,6 +226,11 @@ def record_outcomes(
     finished = [o.send.job_id for o in outcomes if isinstance(o, Sent | Rejected)]
     if finished:
         session.execute(delete(OutboxJob).where(OutboxJob.id.in_(finished)))
+    held = [o for o in outcomes if isinstance(o, Held)]
+    if held:
+        _hold(session, held, now)
+    elif resumed_channel is not None and sent:
+        resume_channel(session, resumed_channel)
     for outcome in outcomes:
         if isinstance(outcome, Retry):
             session.execute(
@@ -207,7 +256,9 @@ def record_outcomes(
             )
     # A batch is complete once none of its sends waits to be handed to Meta.
     handed = [
-        o.send.message_id for o in outcomes if not isinstance(o, Retry) and o.send.priority == Priority.bulk
+        o.send.message_id
+        for o in outcomes
+        if not isinstance(o, Retry | Held) and o.send.priority == Priority.bulk
     ]
     events = complete_batches(session, handed, subscriptions) if handed else 0
     return events + publish_status_changes(session, changes, subscriptions)

@@ -90,6 +90,13 @@ class AuthError(UpstreamRejected):
     default_title = "Authorization error"
 
 
+class AccountError(UpstreamRejected):
+    """Meta refuses the business account or its number itself (locked, unpaid, restricted): every
+    send of the channel would fail the same way until someone fixes the account."""
+
+    default_title = "WhatsApp Business Account cannot send"
+
+
 class TemplateError(UpstreamRejected):
     """The template is missing, not usable, or its parameters do not fit."""
 
@@ -111,6 +118,8 @@ class InvalidParameterError(UpstreamRejected):
 # The one registry: Meta error code -> class. Codes from Meta's Cloud API error-code reference.
 _THROTTLING = (4, 80007, 130429, 131048, 131056)
 _AUTH = (0, 3, 10, 190, *range(200, 300))
+# Account locked (131031), payment issue (131042), certificate (131045), temporarily blocked (368).
+_ACCOUNT = (131031, 131042, 131045, 368)
 _TEMPLATE = (*range(132000, 132017), 132068, 132069)
 _RECIPIENT = (131021, 131026, 131047, 131049, 131050, 133010)
 _INVALID_PARAMETER = (33, 100, 131008, 131009, 131051, 131052, 131053)
@@ -118,6 +127,7 @@ _INVALID_PARAMETER = (33, 100, 131008, 131009, 131051, 131052, 131053)
 ERROR_CLASSES: dict[int, type[UpstreamRejected]] = {
     **dict.fromkeys(_THROTTLING, ThrottlingError),
     **dict.fromkeys(_AUTH, AuthError),
+    **dict.fromkeys(_ACCOUNT, AccountError),
     **dict.fromkeys(_TEMPLATE, TemplateError),
     **dict.fromkeys(_RECIPIENT, RecipientError),
     **dict.fromkeys(_INVALID_PARAMETER, InvalidParameterError),
@@ -181,6 +191,12 @@ def error_from_response(http_status: int | None, body: Any) -> UpstreamError:
     if title is None and code is None and http_status is not None and cls is UpstreamRejected:
         title = f"HTTP {http_status} from the WhatsApp Cloud API"
     return cls(title, **kwargs)
+
+
+def stops_the_channel(err: BaseException) -> bool:
+    """Whether the error is about the channel, not the message: its access token refused or its
+    account unable to send. The channel's sends then wait (paused) instead of failing one by one."""
+    return isinstance(err, AuthError | AccountError)
 
 
 def is_retryable(err: BaseException) -> bool:
