@@ -35,7 +35,7 @@ SIZES = {"desktop": (1280, 860), "phone": (390, 844)}
 
 def start_sandbox(workdir: Path, port: int) -> tuple[subprocess.Popen[str], dict[str, str]]:
     env = {**os.environ, "WAGATE_DATABASE_URL": f"sqlite+aiosqlite:///{workdir / 'wagate.db'}"}
-    process = subprocess.Popen(
+    process = subprocess.Popen(  # noqa: S603 (our own wagate command)
         [str(ROOT / ".venv/bin/wagate"), "serve", "--sandbox", "--port", str(port)],
         stderr=subprocess.PIPE,
         text=True,
@@ -92,6 +92,15 @@ def shoot(page: Page, url: str, name: str, out: Path) -> None:
         page.screenshot(path=str(out / f"{name}-{size}.png"), full_page=True)
 
 
+def shoot_current(page: Page, name: str, out: Path) -> None:
+    """The page as it is now (a filled form), at both widths, without loading it again."""
+    for size, (width, height) in SIZES.items():
+        page.set_viewport_size({"width": width, "height": height})
+        page.wait_for_timeout(200)
+        page.screenshot(path=str(out / f"{name}-{size}.png"), full_page=True)
+    page.set_viewport_size({"width": SIZES["desktop"][0], "height": SIZES["desktop"][1]})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -123,6 +132,23 @@ def main() -> None:
                         link.click()
                         break
                 shoot(page, page.url, "conversation-failed", out)
+                shoot(page, f"{url}/messages", "messages", out)
+                shoot(page, f"{url}/usage", "usage", out)
+                shoot(page, f"{url}/settings/integrations/webhooks", "settings-webhooks", out)
+                shoot(page, f"{url}/settings/api-keys", "settings-api-keys", out)
+                shoot(page, f"{url}/settings/inboxes", "settings-inboxes", out)
+                page.goto(f"{url}/bulk/new")
+                page.get_by_label("Template", exact=True).select_option(value="order_update|en")
+                page.get_by_label("Phone numbers").fill(
+                    "phone_number,1,2\n+994501112233,A-1001,shipped\n+994551234567,A-1002,packed\n+994500001026,A-1003,packed"
+                )
+                shoot_current(page, "bulk-new", out)
+                page.get_by_role("button", name="Preview").click()
+                shoot_current(page, "bulk-preview", out)
+                page.get_by_role("button", name="Send batch").click()
+                page.wait_for_timeout(2500)
+                shoot(page, page.url, "bulk-batch", out)
+                shoot(page, f"{url}/bulk", "bulk-list", out)
                 browser.close()
         finally:
             process.terminate()
