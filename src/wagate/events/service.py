@@ -6,17 +6,20 @@ import base64
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
-from wagate.db import detached
+from wagate.db import detached, isoformat, utcnow
 from wagate.deps import Gateway
 from wagate.errors import Conflict, NotFound
 from wagate.events import publish, repository
-from wagate.events.models import Delivery, DeliveryAttempt, DeliveryState, Webhook
+from wagate.events.models import Delivery, DeliveryAttempt, DeliveryKind, DeliveryState, EventKind, Webhook
+from wagate.events.publish import NewDelivery, webhook_key_prefix, write_deliveries
 from wagate.events.signing import SECRET_PREFIX
 from wagate.events.urls import check_url
+from wagate.ids import new_id
 
 
 class WebhookNotFound(NotFound):
@@ -196,6 +199,114 @@ async def redeliver_now(gateway: Gateway, *, account_id: int, webhook_id: int, d
     delivery: Delivery = await gateway.db.write(
         lambda session: detached(
             session, redeliver(session, account_id=account_id, webhook_id=webhook_id, delivery_id=delivery_id)
+        )
+    )
+    gateway.dispatcher.wake_events()
+    return delivery
+
+
+# A test event: an example of an event the webhook takes, in the shape of the real one, marked
+# `"test": true`, with ids that match nothing (numbers 0, fresh `msg_`/`bat_` ids, a fictional number).
+# It is delivered like every event (signed, retried, listed with the deliveries, re-deliverable), so
+# it shows whether the endpoint takes what the gateway sends.
+_TEST_NUMBER = "+15555550100"
+
+
+def _example_message(status: str, at: str) -> dict[str, Any]:
+    return {
+        "id": new_id("msg"),
+        "channel_id": 0,
+        "phone_number": _TEST_NUMBER,
+        "user_id": None,
+        "status": status,
+        "sent_as": "template",
+        "template": {
+            "name": "otp_code",
+            "language": "en",
+            "category": "AUTHENTICATION",
+            "parameters": ["123456"],
+        },
+        "text": None,
+        "conversation": {"id": 0, "status": "resolved"},
+        "cost": {"amount": "0.00", "currency": "AZN", "category": "AUTHENTICATION"},
+        "batch_id": None,
+        "upstream_message_id": None,
+        "status_history": [{"status": "sent", "at": at}]
+        + ([{"status": status, "at": at}] if status != "sent" else []),
+        "created_at": at,
+        "updated_at": at,
+    }
+
+
+def example_event_body(kind: EventKind, account_id: int) -> dict[str, Any]:
+    """The body of a test event of `kind` for the account."""
+    at = isoformat(utcnow()) or ""
+    body: dict[str, Any] = {"event": kind.value, "account_id": account_id, "test": True}
+    if kind is EventKind.message_updated:
+        body.update(previous_status="sent", message=_example_message("delivered", at))
+    elif kind is EventKind.message_created:
+        body.update(direction="outbound", message=_example_message("sent", at))
+    elif kind is EventKind.conversation_status_changed:
+        body.update(
+            previous_status="open",
+            conversation={
+                "id": 0,
+                "channel_id": 0,
+                "phone_number": _TEST_NUMBER,
+                "user_id": None,
+                "status": "resolved",
+            },
+        )
+    else:
+        body["batch"] = {
+            "batch_id": new_id("bat"),
+            "channel_id": 0,
+            "template": {"name": "order_update", "language": "en", "category": "UTILITY"},
+            "total": 1,
+            "accepted": 1,
+            "rejected": 0,
+            "counts": {"pending": 0, "sent": 0, "delivered": 1, "read": 0, "failed": 0, "rejected": 0},
+            "cost": {"amount": "0.00", "currency": "AZN"},
+            "created_at": at,
+            "completed_at": at,
+        }
+    return body
+
+
+def write_test_event(session: Session, *, account_id: int, webhook_id: int) -> Delivery:
+    webhook = _webhook(session, account_id=account_id, webhook_id=webhook_id)
+    if not webhook.enabled:
+        raise WebhookDisabled("The webhook is disabled; enable it before sending it a test event.")
+    taken = set(webhook.events)
+    kind = next((k for k in EventKind if k.value in taken), EventKind.message_updated)
+    delivery_id = new_id("evt")
+    write_deliveries(
+        session,
+        [
+            NewDelivery(
+                account_id=account_id,
+                kind=DeliveryKind(kind.value),
+                body=example_event_body(kind, account_id),
+                message_id=None,
+                # Under the webhook's prefix: disabling the webhook cancels it like its other events.
+                ordering_key=f"{webhook_key_prefix(webhook.id)}test:{delivery_id}",
+                webhook_id=webhook.id,
+                id=delivery_id,
+            )
+        ],
+    )
+    delivery = repository.delivery_of(session, webhook_id=webhook.id, delivery_id=delivery_id)
+    if delivery is None:  # pragma: no cover - written just above, in this transaction
+        raise DeliveryNotFound()
+    return delivery
+
+
+async def send_test_event(gateway: Gateway, *, account_id: int, webhook_id: int) -> Delivery:
+    """Deliver a test event to one webhook now (404 for another account's, 409 `webhook_disabled`
+    while it is disabled); the dashboard's `Send test event`."""
+    delivery: Delivery = await gateway.db.write(
+        lambda session: detached(
+            session, write_test_event(session, account_id=account_id, webhook_id=webhook_id)
         )
     )
     gateway.dispatcher.wake_events()
