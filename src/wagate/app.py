@@ -31,6 +31,7 @@ from wagate.messages.endpoints import router as messages_router
 from wagate.responses import FastJSONResponse as JSONResponse
 from wagate.security import secret_box_for
 from wagate.templates.endpoints import router as templates_router
+from wagate.usage.endpoints import router as usage_api
 from wagate.whatsapp.client import CloudApiClient
 from wagate.whatsapp.webhook import ReceiverDeps
 from wagate.whatsapp.webhook import routes as whatsapp_webhook_routes
@@ -143,7 +144,7 @@ def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True)
         max_request_bytes=settings.max_request_bytes,
         max_webhook_bytes=settings.max_webhook_bytes,
     )
-    for router in (channels_router, templates_router, messages_router, bulk_router, events_router):
+    for router in (channels_router, templates_router, messages_router, bulk_router, events_router, usage_api):
         app.include_router(router, prefix="/v1")
     app.router.routes.extend(whatsapp_webhook_routes)
     install_dashboard(app)
