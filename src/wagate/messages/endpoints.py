@@ -1,6 +1,7 @@
 from __future__ import annotations
 
-from typing import Any
+from datetime import datetime
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request
 
@@ -12,9 +13,15 @@ from wagate.events import service as events
 from wagate.events.schemas import delivery_view
 from wagate.idempotency import service as idempotency
 from wagate.idempotency.http import answer_once
-from wagate.limits import Id
+from wagate.limits import MAX_ID, Id
 from wagate.messages import service
-from wagate.messages.schemas import SendMessageRequest, SendMessageResponse, message_view
+from wagate.messages.models import MessageStatus
+from wagate.messages.schemas import (
+    MessageListOut,
+    SendMessageRequest,
+    SendMessageResponse,
+    message_view,
+)
 from wagate.phones import normalize_phone_number
 from wagate.responses import FastJSONResponse as JSONResponse
 
@@ -95,3 +102,136 @@ async def get_callback_deliveries(
             session, account_id=principal.account_id, message_id=message_id, limit=limit
         )
     return JSONResponse({"data": [delivery_view(d, a) for d, a in found]})
+
+
+# API.md's error body, for the operations documented with it.
+ERROR_BODY: dict[str, Any] = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["code", "message"],
+            "properties": {
+                "code": {"type": "string", "example": "invalid_request"},
+                "message": {"type": "string"},
+                "details": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {"field": {"type": "string"}, "issue": {"type": "string"}},
+                    },
+                },
+            },
+        }
+    },
+}
+
+
+def _error(description: str, example: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "description": description,
+        "content": {"application/json": {"schema": ERROR_BODY, "example": {"error": example}}},
+    }
+
+
+LIST_DESCRIPTION = """\
+The messages sent through the API, in bulk batches and by agents in the dashboard (outbound; never a
+customer's), on the channels whose inbox the key's user is a member of, newest first.
+
+Each item is the message object of `GET .../whatsapp/messages/{message_id}`, with its conversation's
+status now. Every filter is optional and they combine: `channel_id` (404 `channel_not_found` for a
+channel of no account of yours, 403 `forbidden` for an inbox you are not a member of), `phone_number`
+(E.164 or digits with the country code, 422 `invalid_phone_number` otherwise), `status`, `batch_id`,
+`created_after` (inclusive) and `created_before` (exclusive), ISO 8601 times (UTC when they name no
+zone).
+
+Paging: up to `limit` messages (1-200, default 50) a page; when there are more, `next_before` holds
+the id to pass as `before` for the next page (keyset paging by creation time and id: a page never
+repeats or skips a message, even while new ones arrive), and it is null on the last page.
+"""
+
+
+@router.get(
+    "/accounts/{account_id}/whatsapp/messages",
+    operation_id="list_messages",
+    summary="List sent messages",
+    description=LIST_DESCRIPTION,
+    response_model=None,
+    responses={
+        200: {"model": MessageListOut, "description": "A page of messages, newest first"},
+        401: _error(
+            "Missing, unknown or revoked API key",
+            {"code": "unauthorized", "message": "A valid API key is required."},
+        ),
+        403: _error(
+            "Another account, or `channel_id` of an inbox the key's user is not a member of",
+            {"code": "forbidden", "message": "This API key may not use this resource."},
+        ),
+        404: _error(
+            "`channel_id` names no channel of the account",
+            {"code": "channel_not_found", "message": "No channel with this id exists in the account."},
+        ),
+        422: _error(
+            "A filter's value is not valid; `details` names the field",
+            {
+                "code": "invalid_request",
+                "message": "The request is not valid: limit: must be from 1 to 200.",
+                "details": [{"field": "limit", "issue": "must be from 1 to 200"}],
+            },
+        ),
+    },
+)
+async def list_messages(
+    gateway: GatewayDep,
+    principal: Member,
+    channel_id: Annotated[int | None, Query(ge=1, le=MAX_ID, description="Only this channel's")] = None,
+    phone_number: Annotated[
+        str | None, Query(max_length=64, description="Only those to this number", examples=["+994501234567"])
+    ] = None,
+    status: Annotated[MessageStatus | None, Query(description="Only those with this status now")] = None,
+    batch_id: Annotated[
+        str | None, Query(max_length=service.ID_MAX_LENGTH, description="Only this bulk batch's")
+    ] = None,
+    created_after: Annotated[
+        datetime | None,
+        Query(description="Created at or after this time (ISO 8601)", examples=["2026-11-24T00:00:00Z"]),
+    ] = None,
+    created_before: Annotated[
+        datetime | None,
+        Query(description="Created before this time (ISO 8601)", examples=["2026-11-25T00:00:00Z"]),
+    ] = None,
+    limit: Annotated[
+        int, Query(ge=1, le=service.LIST_LIMIT_MAX, description="At most this many (1-200)")
+    ] = service.LIST_LIMIT,
+    before: Annotated[
+        str | None,
+        Query(
+            max_length=service.ID_MAX_LENGTH,
+            description="A message id (`next_before` of the page before): the messages after it",
+        ),
+    ] = None,
+) -> JSONResponse:
+    page = await service.list_messages(
+        gateway,
+        principal=principal,
+        filters=service.MessageFilters(
+            channel_id=channel_id,
+            phone_number=phone_number,
+            status=status.value if status is not None else None,
+            batch_id=batch_id,
+            created_after=created_after,
+            created_before=created_before,
+        ),
+        before=before,
+        limit=limit,
+    )
+    return JSONResponse(
+        {
+            "data": [
+                message_view(sent.message, conversation_status=sent.conversation_status.value)
+                for sent in page.messages
+            ],
+            "next_before": page.next_before,
+        }
+    )

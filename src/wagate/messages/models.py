@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Enum, ForeignKey, Integer, String, Text
+from sqlalchemy import JSON, Enum, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from wagate.conversations.models import USER_ID_LENGTH, ConversationStatus
@@ -38,6 +38,13 @@ EXTERNAL_ERROR_LENGTH = 1000
 
 class Message(Base):
     __tablename__ = "messages"
+    __table_args__ = (
+        # The message log (GET .../whatsapp/messages, /messages): an inbox's sent messages newest first,
+        # paged by (created_at, id); several inboxes are read one range each and merged.
+        Index("ix_messages_log", "channel_id", "direction", "created_at", "id"),
+        # The same list for one number ("did this customer get the code?"): without it, a scan.
+        Index("ix_messages_number_log", "account_id", "phone_number", "created_at", "id"),
+    )
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))

@@ -4,10 +4,11 @@ whole batch) in a handful of Core statements, with the events they cause.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import ColumnElement, Select, case, func, insert, select, tuple_, union_all
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
@@ -19,7 +20,7 @@ from wagate.conversations.repository import (
     touch_after_sends,
 )
 from wagate.conversations.service import status_after_send
-from wagate.db import isoformat, table_of, utcnow
+from wagate.db import dialect_name, isoformat, table_of, utcnow
 from wagate.events.models import EventKind
 from wagate.events.publish import ConversationChange, publish_conversation_changes
 from wagate.live import LiveChange, LiveKind, record_live
@@ -221,3 +222,146 @@ async def conversation_messages(session: AsyncSession, *, conversation_id: int, 
         .limit(limit)
     )
     return list(reversed(list(newest)))
+
+
+@dataclass(frozen=True)
+class SentFilter:
+    """Which sent messages (outbound: API, bulk, agents' replies) a list shows: those of `channel_ids`
+    (the caller's inboxes), narrowed by each filter given. `created_after` is inclusive and
+    `created_before` exclusive, so ranges that meet neither overlap nor leave a gap."""
+
+    channel_ids: list[int]
+    phone_number: str | None = None
+    status: MessageStatus | None = None
+    batch_id: str | None = None
+    template_name: str | None = None
+    error_code: int | None = None  # Meta's code at the start of `external_error`
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+
+
+def _sent_conditions(found: SentFilter, *, with_status: bool = True) -> list[ColumnElement[bool]]:
+    conditions: list[ColumnElement[bool]] = [Message.direction == Direction.outbound]
+    if found.phone_number is not None:
+        conditions.append(Message.phone_number == found.phone_number)
+    if with_status and found.status is not None:
+        conditions.append(Message.status == found.status)
+    if found.batch_id is not None:
+        conditions.append(Message.batch_id == found.batch_id)
+    if found.template_name is not None:
+        conditions.append(Message.template_name == found.template_name)
+    if found.error_code is not None:
+        # Stored as "131026: Message undeliverable" (messages/webhooks.py, whatsapp/errors.py).
+        conditions.append(Message.external_error.startswith(f"{found.error_code}:", autoescape=True))
+    if found.created_after is not None:
+        conditions.append(Message.created_at >= found.created_after)
+    if found.created_before is not None:
+        conditions.append(Message.created_at < found.created_before)
+    return conditions
+
+
+async def sent_cursor(
+    session: AsyncSession, *, account_id: int, message_id: str
+) -> tuple[datetime, str] | None:
+    """(created_at, id) of a sent message of the account: where the page after it starts."""
+    row = (
+        await session.execute(
+            select(Message.created_at, Message.id).where(
+                Message.id == message_id,
+                Message.account_id == account_id,
+                Message.direction == Direction.outbound,
+            )
+        )
+    ).one_or_none()
+    return (row[0], row[1]) if row is not None else None
+
+
+async def list_sent_messages(
+    session: AsyncSession,
+    *,
+    account_id: int,
+    found: SentFilter,
+    before: tuple[datetime, str] | None,
+    limit: int,
+) -> list[SentMessage]:
+    """Up to `limit` sent messages, newest first by (created_at, id), each with its conversation's
+    status (one statement, joined: no query per row).
+
+    Each inbox is one range of ix_messages_log read backwards from `before` (a row value: a range of
+    the index, not a scan), stopped after `limit` rows; several inboxes are merged (UNION ALL of those
+    ranges, then the newest `limit`). So a page costs about `limit` index entries per inbox however
+    large the table, and an inbox the caller does not see is never read. Filters other than the
+    inbox and the dates are checked on the rows read along the way."""
+    if not found.channel_ids:
+        return []
+    conditions = _sent_conditions(found)
+    conditions.append(Message.account_id == account_id)
+    if before is not None:
+        conditions.append(tuple_(Message.created_at, Message.id) < tuple_(*before))
+
+    def newest(channel_id: int) -> Select[str, datetime]:
+        return (
+            select(Message.id, Message.created_at)
+            .where(Message.channel_id == channel_id, *conditions)
+            .order_by(Message.created_at.desc(), Message.id.desc())
+            .limit(limit)
+        )
+
+    if len(found.channel_ids) == 1:
+        page = newest(found.channel_ids[0]).subquery("page")
+    else:
+        # SQLite takes ORDER BY and LIMIT only on a whole compound select: each inbox's range is a
+        # subquery of its own.
+        ranges = [newest(channel_id).subquery() for channel_id in found.channel_ids]
+        merged = union_all(*(select(r.c.id, r.c.created_at) for r in ranges))
+        page = (
+            merged.order_by(merged.selected_columns.created_at.desc(), merged.selected_columns.id.desc())
+            .limit(limit)
+            .subquery("page")
+        )
+    rows = await session.execute(
+        select(Message, Conversation.status)
+        .join(page, page.c.id == Message.id)
+        .join(Conversation, Conversation.id == Message.conversation_id)
+        .order_by(page.c.created_at.desc(), page.c.id.desc())
+    )
+    return [SentMessage(message, ConversationStatus(status)) for message, status in rows]
+
+
+async def failure_counts(
+    session: AsyncSession, *, account_id: int, found: SentFilter, hourly: bool
+) -> list[tuple[str, str | None, int]]:
+    """Failed sent messages counted per UTC day (or hour) and reason: rows of (`YYYY-MM-DD` or
+    `YYYY-MM-DD HH`, the part of `external_error` before its first colon (Meta's code, or our own
+    reason such as `expired`), count). `found.status` is not applied: these are the failures."""
+    if not found.channel_ids:
+        return []
+    error = Message.external_error
+    bucket: ColumnElement[Any]
+    reason: ColumnElement[Any]
+    if dialect_name(session) == "postgresql":
+        at_utc = func.timezone("UTC", Message.created_at)
+        bucket = func.to_char(at_utc, "YYYY-MM-DD HH24" if hourly else "YYYY-MM-DD")
+        reason = func.split_part(error, ":", 1)
+    else:  # SQLite keeps UTC times as text, "YYYY-MM-DD HH:MM:SS.ffffff"
+        bucket = func.substr(Message.created_at, 1, 13 if hourly else 10)
+        colon = func.instr(error, ":")
+        reason = case((colon > 0, func.substr(error, 1, colon - 1)), else_=error)
+    failures = (
+        select(bucket.label("bucket"), reason.label("reason"))
+        .where(
+            Message.account_id == account_id,
+            Message.channel_id.in_(found.channel_ids),
+            Message.status == MessageStatus.failed,
+            *_sent_conditions(found, with_status=False),
+        )
+        .subquery()
+    )
+    # Grouped outside: PostgreSQL would not match a GROUP BY whose expressions have bound values of
+    # their own to those of the SELECT.
+    rows = await session.execute(
+        select(failures.c.bucket, failures.c.reason, func.count()).group_by(
+            failures.c.bucket, failures.c.reason
+        )
+    )
+    return [(str(b), r, int(n)) for b, r, n in rows]

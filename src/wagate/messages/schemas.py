@@ -120,3 +120,50 @@ def message_view(message: Message, *, conversation_status: str) -> dict[str, Any
             "parameters": message.template_parameters,
         }
     return view
+
+
+class MessageListOut(BaseModel):
+    """The 200 body of `GET .../whatsapp/messages` (API.md section 11)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "example": {
+                "data": [
+                    {
+                        "id": "msg_01jdx3k6q8v2m4n5p6r7s8t9va",
+                        "channel_id": 1,
+                        "phone_number": "+994501234567",
+                        "user_id": None,
+                        "status": "failed",
+                        "sent_as": "template",
+                        "external_error": "131026: Message undeliverable",
+                        "template": {
+                            "name": "otp_code",
+                            "language": "en",
+                            "category": "AUTHENTICATION",
+                            "parameters": ["123456"],
+                        },
+                        "text": None,
+                        "conversation": {"id": 42, "status": "resolved"},
+                        "cost": {"amount": "0", "currency": "AZN", "category": "AUTHENTICATION"},
+                        "batch_id": None,
+                        "upstream_message_id": "wamid.HBgMOTk0NTAxMjM0NTY3FQIAERgSQ0",
+                        "status_history": [
+                            {"status": "sent", "at": "2026-11-25T09:30:00.120Z"},
+                            {"status": "failed", "at": "2026-11-25T09:30:01.000Z"},
+                        ],
+                        "created_at": "2026-11-25T09:30:00.120Z",
+                        "updated_at": "2026-11-25T09:30:01.004Z",
+                    }
+                ],
+                "next_before": "msg_01jdx3k6q8v2m4n5p6r7s8t9va",
+            }
+        }
+    )
+
+    data: list[dict[str, Any]] = Field(
+        description="Message objects (as `GET .../messages/{message_id}` returns them), newest first."
+    )
+    next_before: str | None = Field(
+        description="Pass it as `before` for the next page; null on the last page."
+    )
