@@ -150,6 +150,9 @@ class LiveHub:
         self._sender: psycopg.AsyncConnection[Any] | None = None
         self._listener: asyncio.Task[None] | None = None
         self._listening = asyncio.Event()
+        # Set once the first LISTEN succeeded or failed: a database down at start-up does not hold the
+        # process's start (it answers 503 `not_ready` meanwhile, and the LISTEN keeps trying).
+        self._first_try = asyncio.Event()
         db.add_commit_listener(self.committed)
 
     @asynccontextmanager
@@ -199,13 +202,14 @@ class LiveHub:
                 )
 
     async def start(self) -> None:
-        """PostgreSQL: LISTEN for the other processes' changes (returns once listening, or after
-        START_TIMEOUT_SECONDS while it keeps trying). Nothing to do on SQLite (one process)."""
+        """PostgreSQL: LISTEN for the other processes' changes (returns once listening, once the first
+        try failed, or after START_TIMEOUT_SECONDS; it keeps trying). Nothing to do on SQLite (one
+        process)."""
         if self._url is None or self._listener is not None:
             return
         self._listener = asyncio.create_task(self._listen(), name="wagate-live-listen")
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._listening.wait(), START_TIMEOUT_SECONDS)
+            await asyncio.wait_for(self._first_try.wait(), START_TIMEOUT_SECONDS)
 
     async def stop(self) -> None:
         """Stop listening, send what is still to be sent (a worker's last outcomes), end the feeds."""
@@ -267,6 +271,7 @@ class LiveHub:
                 ) as conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
                     self._listening.set()
+                    self._first_try.set()
                     if lost:  # what was committed meanwhile was never heard: the pages reload
                         self._reset_all()
                     async for note in conn.notifies():
@@ -276,6 +281,7 @@ class LiveHub:
                 raise
             except Exception as exc:
                 log.warning("live LISTEN connection lost (%r); reconnecting", exc)
+            self._first_try.set()
             self._listening.clear()
             lost = True
             await asyncio.sleep(RECONNECT_SECONDS)

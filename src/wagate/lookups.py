@@ -6,16 +6,22 @@ template; none of them changes from one request to the next, so the hot path rea
 
 from __future__ import annotations
 
-from wagate.accounts.auth import Principal, load_principal
+import asyncio
+import logging
+from datetime import datetime
+
+from wagate.accounts.auth import LAST_USE_PRECISION, Principal, load_principal, record_use
 from wagate.cache import TTLCache
 from wagate.channels.models import Channel
 from wagate.channels.service import channel_for_member
-from wagate.db import Database
+from wagate.db import Database, utcnow
 from wagate.errors import Unauthorized
 from wagate.events.subscriptions import Subscriptions, load_subscriptions
 from wagate.security import hash_api_token
 from wagate.templates.models import Template
 from wagate.templates.repository import find_template
+
+log = logging.getLogger(__name__)
 
 
 class Lookups:
@@ -31,18 +37,44 @@ class Lookups:
         self._subscriptions: TTLCache[None, Subscriptions] = TTLCache()
         # Hosts of status_callback URLs found to be public (the SSRF guard), for a minute.
         self.public_hosts: TTLCache[str, bool] = TTLCache(ttl=60.0)
+        self._uses_noted: dict[int, datetime] = {}
+        self._writes: set[asyncio.Task[None]] = set()
 
     async def principal(self, token: str) -> Principal:
         token_hash = hash_api_token(token)
 
         async def load() -> Principal | None:
             async with self.db.read() as session:
-                return await load_principal(session, token_hash)
+                loaded = await load_principal(session, token_hash)
+            if loaded is not None and loaded.api_key_id is not None:
+                self._note_use(loaded.api_key_id)
+            return loaded
 
         principal = await self.principals.get_or_load(token_hash, load)
         if principal is None:
             raise Unauthorized("The API key is unknown or revoked.")
         return principal
+
+    def _note_use(self, api_key_id: int) -> None:
+        """Write the key's last use beside the request (a task of its own, never awaited by it), at most
+        once a minute per key and process: the cache reloads a key every few seconds."""
+        now = utcnow()
+        noted = self._uses_noted.get(api_key_id)
+        if noted is not None and now - noted < LAST_USE_PRECISION:
+            return
+        self._uses_noted[api_key_id] = now
+        if len(self._uses_noted) > 10_000:
+            self._uses_noted.clear()
+
+        async def write() -> None:
+            try:
+                await self.db.write(lambda session: record_use(session, api_key_id=api_key_id, at=now))
+            except Exception as exc:  # a key's last use is not worth a failed request or a crash
+                log.warning("could not note the use of API key %s: %r", api_key_id, exc)
+
+        task = asyncio.create_task(write())
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
 
     async def channel(self, principal: Principal, channel_id: int) -> Channel:
         """The channel, if the caller may use it (404 / 403 otherwise, never cached)."""

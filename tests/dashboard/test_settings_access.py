@@ -16,7 +16,7 @@ from playwright.sync_api import Page, expect
 from test_sign_in import TOKEN, post_login
 
 from app_in_thread import sql
-from support import AGENT_TOKEN, OTHER_TOKEN, Gateway, new_number
+from support import AGENT_TOKEN, OTHER_TOKEN, Gateway, new_number, wait_for
 
 LIVE = 15_000  # ms: a sync is the dispatcher's next round (about a second) and one Graph API listing
 
@@ -99,10 +99,16 @@ def test_a_key_created_in_the_browser_works_and_once_revoked_is_refused_at_once(
     )
     assert stored and stored[0][0] != token and token not in stored[0][0] and stored[0][1] == token[:12]
 
-    # Shown once: the page of keys, loaded again, has no secret.
+    # Shown once: the page of keys, loaded again, has no secret; it shows the key's last use (the
+    # request above, written beside it).
+    wait_for(
+        lambda: sql(gateway.database_url, "SELECT last_used_at FROM api_keys WHERE name = :n", n=name)[0][0],
+        what="the key's use to be noted",
+    )
     page.goto(f"{gateway.url}/settings/api-keys")
     expect(page.locator("[data-secret]")).to_have_count(0)
     expect(page.get_by_text(token)).to_have_count(0)
+    expect(row.locator("[data-last-used] time")).to_have_count(1)
 
     page.once("dialog", lambda dialog: dialog.accept())
     row.get_by_role("button", name="Revoke").click()

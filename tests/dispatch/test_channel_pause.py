@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from app_in_thread import running_gateway, sql
-from support import Gateway, Simulator, new_number, signed_in, wait_for
+from support import MAIN, Gateway, Simulator, new_number, signed_in, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -71,3 +71,27 @@ def test_a_refused_token_pauses_the_channel_and_a_probe_resumes_it(gateway: Gate
         assert "data-channel-health" not in browser_like.get("/conversations").text
     # At its rate again: a new OTP goes at once.
     gateway.wait_status(gateway.otp(new_number()).json()["id"], "delivered")
+
+
+def test_sends_refused_in_a_row_for_no_reason_of_theirs_pause_the_channel(gateway: Gateway) -> None:
+    # 131000 ("something went wrong") names no cause in the message; twelve in a row.
+    gateway.sim.configure(fail_next={"count": 12, "code": 131000, "phone_number_id": MAIN["phone_number_id"]})
+    ids = []
+    for _ in range(14):
+        ids.append(gateway.otp(new_number()).json()["id"])
+        time.sleep(0.05)  # one after the other, as they are refused
+    finals = [
+        wait_for(
+            lambda m=m: (msg := gateway.message(m))["status"] in ("failed", "delivered") and msg,
+            timeout=20,
+            what="the sends to settle",
+        )
+        for m in ids
+    ]
+    failed = [m for m in finals if m["status"] == "failed"]
+    # Nine failed one by one; from the tenth on they waited for the channel, and went once Meta took sends.
+    assert len(failed) == 9 and all(m["external_error"].startswith("131000") for m in failed)
+    assert sum(m["status"] == "delivered" for m in finals) == 5
+    assert sql(
+        gateway.database_url, "SELECT paused_reason FROM channels WHERE id = :c", c=gateway.ids["main"]
+    ) == [(None,)]

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
-from sqlalchemy import select
+from sqlalchemy import or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import Session
 
 from wagate.accounts.models import ApiKey, Role, User
 from wagate.errors import AdministratorRequired, Forbidden
@@ -42,3 +44,19 @@ async def load_principal(session: AsyncSession, token_hash: str) -> Principal | 
     if row is None:
         return None
     return Principal(api_key_id=row[0], user_id=row[1], account_id=row[2], role=Role(row[3]))
+
+
+# How often a key's last use is written, at most: the settings page shows it to the minute.
+LAST_USE_PRECISION = timedelta(minutes=1)
+
+
+def record_use(session: Session, *, api_key_id: int, at: datetime) -> None:
+    """Note that a request came with the key now (unless noted within the last minute)."""
+    session.execute(
+        update(ApiKey)
+        .where(
+            ApiKey.id == api_key_id,
+            or_(ApiKey.last_used_at.is_(None), ApiKey.last_used_at < at - LAST_USE_PRECISION),
+        )
+        .values(last_used_at=at)
+    )

@@ -33,6 +33,7 @@ from wagate.whatsapp.errors import (
     ThrottlingError,
     Unconfirmed,
     UpstreamError,
+    UpstreamRejected,
     stops_the_channel,
 )
 
@@ -45,6 +46,8 @@ MAX_CLAIM = 500  # sends claimed at once
 # Not more: after a crash, rows claimed but never sent wait out their lease like sent ones.
 CLAIM_AHEAD_SECONDS = 0.5
 CONFIG_REFRESH_SECONDS = 60.0
+# Refusals that name no cause in the message (see ChannelLane._send) after which the channel pauses.
+UNEXPLAINED_FAILURES_TO_PAUSE = 10
 
 
 @dataclass
@@ -75,6 +78,7 @@ class ChannelLane:
         # While Meta refuses the channel itself: nothing is sent until this moment, then one probe.
         self.paused_until = 0.0
         self.resumed = False  # a probe went through: the next record clears the channel's pause
+        self.unexplained_in_a_row = 0
         self.calls: set[asyncio.Task[None]] = set()
         # Rows claimed ahead of their moment (see _round); given back if the lane stops.
         self.claimed: deque[ClaimedSend] = deque()
@@ -348,14 +352,24 @@ class ChannelLane:
         except Unconfirmed as exc:
             return sends.Unknown(claimed, str(exc))
         except UpstreamError as exc:
-            if stops_the_channel(exc):
+            # Errors no rule explains by the message (not its number, template or parameters), many
+            # in a row: the channel itself is likely broken.
+            unexplained = type(exc) is UpstreamRejected
+            self.unexplained_in_a_row = self.unexplained_in_a_row + 1 if unexplained else 0
+            if stops_the_channel(exc) or self.unexplained_in_a_row >= UNEXPLAINED_FAILURES_TO_PAUSE:
                 # Every send would fail the same way: they wait, and the channel is paused.
-                if self.config is not None:
-                    self.config.paused = True
+                config.paused = True
                 self.paused_until = time.monotonic() + self.deps.settings.channel_probe_seconds
-                return sends.Held(claimed, exc.external_error)
+                reason = exc.external_error
+                if not stops_the_channel(exc):
+                    reason = f"{self.unexplained_in_a_row} sends in a row refused; the last: {reason}"
+                return sends.Held(claimed, reason)
+            if config.paused:  # Meta answered about the message, not the channel: it sends again
+                config.paused = False
+                self.resumed = True
             return sends.Rejected(claimed, exc.external_error)
         self.throttle_count = 0
+        self.unexplained_in_a_row = 0
         if config.paused:
             config.paused = False  # Meta took the probe: the lane sends at its rate again
             self.resumed = True

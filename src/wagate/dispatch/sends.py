@@ -198,7 +198,8 @@ def record_outcomes(
 ) -> int:
     """Store a round of send results and their events in one transaction; returns how many events.
     `prices`: what a category named by a parked status's `pricing` costs. `resumed_channel`: the
-    paused channel these outcomes came from: a send Meta took resumes it."""
+    paused channel these outcomes came from, when Meta answered its probe about the message (took it,
+    or refused it for a reason of its own): the channel resumes."""
     now = utcnow()
     # A send that kept failing to reach Meta (refused, throttled) for its whole retry policy fails.
     outcomes = [
@@ -229,7 +230,7 @@ def record_outcomes(
     held = [o for o in outcomes if isinstance(o, Held)]
     if held:
         _hold(session, held, now)
-    elif resumed_channel is not None and sent:
+    elif resumed_channel is not None:
         resume_channel(session, resumed_channel)
     for outcome in outcomes:
         if isinstance(outcome, Retry):

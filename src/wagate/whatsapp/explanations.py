@@ -290,6 +290,14 @@ _TABLE: tuple[tuple[int, str, str, str], ...] = (
         "Manager; messages go out again once billing is in order.",
     ),
     (
+        131045,
+        "Number registration problem",
+        "Meta refused the send because the business phone number's registration is not in order (its "
+        "certificate is missing or wrong, usually after a migration or an unfinished registration).",
+        "Administrator: register the number again in WhatsApp Manager (or through the /register call "
+        "with its PIN). The gateway pauses the channel meanwhile and resumes it once Meta takes a send.",
+    ),
+    (
         131037,
         "Display name not approved",
         "The business number has no approved display name yet, so it may not send this message.",
