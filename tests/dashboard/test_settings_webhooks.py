@@ -8,19 +8,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import httpx
 import pytest
 from cryptography.fernet import Fernet
-from playwright.sync_api import BrowserContext, Locator, Page, expect
+from playwright.sync_api import Locator, Page, expect
 from standardwebhooks import Webhook as Verifier
-from test_sign_in import post_login
 
 from app_in_thread import gateway_with_app, running_gateway
 from receiver import Receiver
-from support import Gateway, Simulator, new_number, wait_for
+from support import Gateway, Simulator, new_number, signed_in, wait_for
 
 PAGE = "/settings/integrations/webhooks"
 LIVE = 10_000  # ms: the page fetches a webhook's deliveries again every 3 s while one is awaited
@@ -34,19 +32,6 @@ def gateway(database_url: str, simulator: Simulator) -> Iterator[Gateway]:
     """Webhooks may point at the loopback `receiver` here (WAGATE_ALLOW_PRIVATE_URLS)."""
     with running_gateway(database_url, simulator, secret_key=SECRET_KEY, allow_private_urls=True) as running:
         yield running
-
-
-@pytest.fixture
-def page(context: BrowserContext) -> Iterator[Page]:
-    """tests/dashboard/conftest.py's tab, with this page's refusals among the expected statuses: a
-    refused form is answered 422 with the form and its error (Chromium logs the status)."""
-    opened = context.new_page()
-    errors: list[str] = []
-    opened.on("pageerror", lambda error: errors.append(f"page error: {error}"))
-    opened.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
-    yield opened
-    unexpected = [e for e in errors if not re.search(r"status of (401|403|404|409|422)", e)]
-    assert not unexpected, unexpected
 
 
 @pytest.fixture
@@ -210,15 +195,6 @@ def test_an_address_the_ssrf_guard_refuses_shows_the_error(
 
 
 # Over HTTP: the actions one by one, the refusals.
-
-
-@contextmanager
-def signed_in(
-    gateway: Gateway, email: str = "admin@acme.test", password: str = "pw-admin"
-) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=gateway.url) as client:
-        assert post_login(client, email, password).status_code == 303
-        yield client
 
 
 def csrf(client: httpx.Client, path: str = PAGE) -> str:

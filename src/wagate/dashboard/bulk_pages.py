@@ -160,15 +160,21 @@ def _request_of(fields: dict[str, Any], variables: list[str]) -> SendBulkRequest
         raise InvalidRequest(f"The form is not complete: {exc}") from None
 
 
+async def _bulk_request(gateway: GatewayDep, fields: dict[str, Any]) -> SendBulkRequest:
+    """The form as the API's request body, its CSV columns checked against the chosen template."""
+    inbox = int(fields.get("inbox") or 0)
+    choices = {t.value: t for t in await templates_for(gateway, inbox)} if inbox else {}
+    chosen = choices.get(str(fields.get("template")))
+    return _request_of(fields, chosen.variables if chosen else [])
+
+
 @router.post("/bulk/preview")
 async def preview(request: Request, gateway: GatewayDep, user: Administrator) -> Response:
     """Every check of a real batch, nothing stored: the count, the cost and the first message."""
     fields = await _bulk_form(request, user)
     inbox = int(fields.get("inbox") or 0)
     try:
-        choices = {t.value: t for t in await templates_for(gateway, inbox)} if inbox else {}
-        chosen = choices.get(str(fields.get("template")))
-        body = _request_of(fields, chosen.variables if chosen else [])
+        body = await _bulk_request(gateway, fields)
         batch = await prepare_batch(
             gateway.lookups,
             principal=user.principal,
@@ -211,9 +217,7 @@ async def send_batch(request: Request, gateway: GatewayDep, user: Administrator)
     fields = await _bulk_form(request, user)
     inbox = int(fields.get("inbox") or 0)
     try:
-        choices = {t.value: t for t in await templates_for(gateway, inbox)} if inbox else {}
-        chosen = choices.get(str(fields.get("template")))
-        body = _request_of(fields, chosen.variables if chosen else [])
+        body = await _bulk_request(gateway, fields)
         accepted = await accept_batch(gateway, principal=user.principal, request=body, idem=None)
     except WagateError as error:
         return await _form(
