@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import httpx
+import orjson
+
+from wagate.whatsapp.signature import sign
 
 T = TypeVar("T")
 
@@ -217,3 +220,47 @@ def signed_in(
     with httpx.Client(base_url=gateway.url) as client:
         assert post_login(client, email, password).status_code == 303
         yield client
+
+
+# --- Meta's webhooks, signed as Meta signs them ---------------------------------------------------
+
+
+def post_meta(gateway: Gateway, body: dict[str, Any]) -> Any:
+    raw = orjson.dumps(body)
+    return gateway.http.post(
+        f"{gateway.url}/webhooks/whatsapp",
+        content=raw,
+        headers={"X-Hub-Signature-256": sign(APP_SECRET, raw), "Content-Type": "application/json"},
+    )
+
+
+def change(value: dict[str, Any], field: str = "messages", number_id: str = MAIN["phone_number_id"]) -> Any:
+    metadata = {"display_phone_number": MAIN["display_phone_number"], "phone_number_id": number_id}
+    return {"field": field, "value": {"messaging_product": "whatsapp", "metadata": metadata, **value}}
+
+
+def webhook(*changes: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "object": "whatsapp_business_account",
+        "entry": [{"id": MAIN["waba_id"], "changes": list(changes)}],
+    }
+
+
+def marketing_preference(gateway: Gateway, number: str, value: str, at: int) -> None:
+    item = {
+        "wa_id": number.lstrip("+"),
+        "detail": "User requested to stop marketing messages",
+        "category": "marketing_messages",
+        "value": value,
+        "timestamp": str(at),
+    }
+    body = webhook(
+        change(
+            {
+                "contacts": [{"wa_id": number.lstrip("+"), "profile": {"name": "Ann"}}],
+                "user_preferences": [item],
+            },
+            field="user_preferences",
+        )
+    )
+    assert post_meta(gateway, body).status_code == 200

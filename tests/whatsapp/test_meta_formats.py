@@ -9,36 +9,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import orjson
-
 from app_in_thread import sql
-from support import APP_SECRET, MAIN, Gateway, new_number, wait_for
-from wagate.whatsapp.signature import sign
+from support import MAIN, Gateway, change, marketing_preference, new_number, post_meta, wait_for, webhook
 
 OTP = {"name": "otp_code", "language": "en", "parameters": ["123456"]}
 SALE = {"name": "spring_sale", "language": "en", "parameters": ["20%", "20%", "spring"]}
 ORDER = {"name": "order_update", "language": "en", "parameters": ["A-1", "shipped"]}
-
-
-def post_meta(gateway: Gateway, body: dict[str, Any]) -> Any:
-    raw = orjson.dumps(body)
-    return gateway.http.post(
-        f"{gateway.url}/webhooks/whatsapp",
-        content=raw,
-        headers={"X-Hub-Signature-256": sign(APP_SECRET, raw), "Content-Type": "application/json"},
-    )
-
-
-def change(value: dict[str, Any], field: str = "messages", number_id: str = MAIN["phone_number_id"]) -> Any:
-    metadata = {"display_phone_number": MAIN["display_phone_number"], "phone_number_id": number_id}
-    return {"field": field, "value": {"messaging_product": "whatsapp", "metadata": metadata, **value}}
-
-
-def webhook(*changes: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "object": "whatsapp_business_account",
-        "entry": [{"id": MAIN["waba_id"], "changes": list(changes)}],
-    }
 
 
 def customer(gateway: Gateway, **body: Any) -> dict[str, Any]:
@@ -206,30 +182,10 @@ def test_a_batched_post_with_one_odd_item_applies_the_rest(gateway: Gateway) -> 
         gateway.sim.configure(auto_statuses=True)
 
 
-def preference(gateway: Gateway, number: str, value: str, at: int) -> None:
-    item = {
-        "wa_id": number.lstrip("+"),
-        "detail": "User requested to stop marketing messages",
-        "category": "marketing_messages",
-        "value": value,
-        "timestamp": str(at),
-    }
-    body = webhook(
-        change(
-            {
-                "contacts": [{"wa_id": number.lstrip("+"), "profile": {"name": "Ann"}}],
-                "user_preferences": [item],
-            },
-            field="user_preferences",
-        )
-    )
-    assert post_meta(gateway, body).status_code == 200
-
-
 def test_a_customer_who_stopped_marketing_gets_no_marketing_template(gateway: Gateway) -> None:
     number, other = new_number(), new_number()
     now = int(time.time())
-    preference(gateway, number, "stop", now)
+    marketing_preference(gateway, number, "stop", now)
 
     def refused() -> Any:
         response = gateway.send({"phone_number": number, "template": SALE})
@@ -254,10 +210,10 @@ def test_a_customer_who_stopped_marketing_gets_no_marketing_template(gateway: Ga
     rejected = {r["phone_number"]: r for r in report["recipients"]}[number]
     assert rejected["status"] == "rejected" and rejected["external_error"] == "marketing_preference_stopped"
     # An older choice delivered late changes nothing; `resume` lifts the stop.
-    preference(gateway, number, "resume", now - 60)
+    marketing_preference(gateway, number, "resume", now - 60)
     time.sleep(0.5)
     assert gateway.send({"phone_number": number, "template": SALE}).status_code == 422
-    preference(gateway, number, "resume", now + 1)
+    marketing_preference(gateway, number, "resume", now + 1)
     wait_for(
         lambda: gateway.send({"phone_number": number, "template": SALE}).status_code == 201,
         what="the resume to be applied",

@@ -61,7 +61,11 @@ async def check_window(
     "/accounts/{account_id}/whatsapp/messages",
     status_code=201,
     response_model=SendMessageResponse,
-    responses={**ERRORS, 409: {"description": "Idempotency-Key in use"}},
+    responses={
+        **ERRORS,
+        200: {"description": "`dry_run=true`: what the send would be; nothing stored or sent"},
+        409: {"description": "Idempotency-Key in use"},
+    },
 )
 async def send_message(
     body: SendMessageRequest,
@@ -69,7 +73,13 @@ async def send_message(
     gateway: GatewayDep,
     principal: Member,
     idempotency_key: str | None = Header(None),
+    dry_run: bool = Query(
+        False,
+        description="Run every check and answer 200 with the preview, cost and window; store, send nothing.",
+    ),
 ) -> JSONResponse:
+    if dry_run:  # no idempotency record either: a dry run may be repeated freely
+        return JSONResponse(await service.preview_send(gateway, principal=principal, request=body))
     path = request.url.path
 
     async def accept(idem: idempotency.IdempotentRequest | None) -> JSONResponse:

@@ -15,6 +15,7 @@ from wagate.config import Settings
 from wagate.conversations.models import ConversationStatus
 from wagate.conversations.repository import marketing_stopped
 from wagate.conversations.service import Recipient, recipient_for, window_for
+from wagate.db import isoformat
 from wagate.deps import Gateway
 from wagate.errors import (
     InvalidRequest,
@@ -32,10 +33,11 @@ from wagate.messages import repository
 from wagate.messages.models import BoundTemplate, MessageStatus, PreparedSend, SentAs, SentMessage
 from wagate.messages.pricing import price_micros
 from wagate.messages.repository import SentFilter, store_send
-from wagate.messages.schemas import SendMessageRequest, StatusCallback, TemplateRef
+from wagate.messages.schemas import SendMessageRequest, StatusCallback, TemplateRef, format_amount
 from wagate.outbox.models import ClaimedSend, Priority
 from wagate.phones import normalize_phone_number, whatsapp_digits
 from wagate.security import SecretBox
+from wagate.templates.render import render_message_template
 from wagate.templates.service import require_approved
 from wagate.templates.variables import bind_parameters, send_components
 from wagate.whatsapp.payloads import template_message, text_message
@@ -447,3 +449,65 @@ def _earlier(at: datetime, span: timedelta) -> datetime:
         return at - span
     except OverflowError:  # near the year 1
         return datetime.min.replace(tzinfo=UTC)
+
+
+async def preview_send(
+    gateway: Gateway, *, principal: Principal, request: SendMessageRequest
+) -> dict[str, Any]:
+    """A dry run (API.md section 11): every check of a real send (`prepare_send`, the same 4xx), and
+    what it would be: how it goes, the text the customer would read, the cost and the window. Nothing
+    is stored, sent or evented, and no idempotency record is kept."""
+    prepared = await prepare_send(
+        gateway.lookups,
+        principal=principal,
+        request=request,
+        settings=gateway.settings,
+        secret_box=gateway.secret_box,
+    )
+    async with gateway.db.read() as session:
+        recipient = await recipient_for(
+            session,
+            account_id=principal.account_id,
+            phone_number=prepared.phone_number,
+            user_id=prepared.user_id,
+        )
+        window = await window_for(
+            session, account_id=principal.account_id, channel_id=prepared.channel_id, recipient=recipient
+        )
+    template = prepared.template
+    preview = prepared.text or ""
+    if template is not None:
+        shown = render_message_template(
+            template.template.components, template.template.variables, template.parameters
+        )
+        preview = (
+            "\n".join(part for part in (shown.header, shown.body, shown.footer) if part) if shown else ""
+        )
+    category = template.template.category if template is not None else None
+    return {
+        "dry_run": True,
+        "sent_as": prepared.sent_as.value,
+        "preview": preview,
+        "template": None
+        if template is None
+        else {
+            "name": template.template.name,
+            "language": template.template.language,
+            "category": category,
+            "parameters": template.parameters,
+        },
+        "cost": {
+            "amount": format_amount(prepared.cost_micros),
+            "currency": prepared.currency,
+            "category": category,
+        },
+        "window": {
+            "channel_id": prepared.channel_id,
+            "phone_number": prepared.phone_number,
+            "user_id": prepared.user_id,
+            "open": window.open,
+            "last_customer_message_at": isoformat(window.last_customer_message_at),
+            "expires_at": isoformat(window.expires_at),
+            "seconds_remaining": window.seconds_remaining,
+        },
+    }
