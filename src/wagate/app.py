@@ -28,6 +28,7 @@ from wagate.limits import RequestGuard
 from wagate.live import LiveHub
 from wagate.lookups import Lookups
 from wagate.messages.endpoints import router as messages_router
+from wagate.openapi import operation_id
 from wagate.responses import FastJSONResponse as JSONResponse
 from wagate.security import secret_box_for
 from wagate.templates.endpoints import router as templates_router
@@ -98,6 +99,14 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse(error.body(), status_code=error.status_code, headers=error.headers)
 
 
+API_DESCRIPTION = """\
+Every `/v1` operation takes an API key as `Authorization: Bearer <key>` and answers errors with one
+body, `{"error": {"code", "message", "details"}}` (`ErrorBody`): `code` is stable and says which rule,
+`details` names the fields of an `invalid_request`. A key acts for its account only (403 `forbidden`
+for another account's id in the path); an agent's key sees only the channels of its inboxes.
+"""
+
+
 def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True) -> FastAPI:
     settings = settings or get_settings()
 
@@ -136,6 +145,8 @@ def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True)
         title="wagate",
         version="1",
         summary="Outbound WhatsApp gateway: send templates, OTPs and text through the WhatsApp Cloud API.",
+        description=API_DESCRIPTION,
+        generate_unique_id_function=operation_id,  # `send_message`, not `send_message_v1_accounts_...`
         lifespan=lifespan,
     )
     install_error_handlers(app)

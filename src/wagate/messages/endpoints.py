@@ -1,9 +1,9 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
-from fastapi import APIRouter, Header, Query, Request
+from fastapi import APIRouter, Body, Header, Query, Request
 
 from wagate.channels.service import channel_for_member
 from wagate.conversations.service import window_for
@@ -22,19 +22,83 @@ from wagate.messages.schemas import (
     SendMessageResponse,
     message_view,
 )
+from wagate.openapi import CHANNEL_NOT_FOUND, MESSAGE_NOT_FOUND, errors
 from wagate.phones import normalize_phone_number
 from wagate.responses import FastJSONResponse as JSONResponse
 
 router = APIRouter()
-ERRORS: dict[int | str, dict[str, Any]] = {
-    401: {"description": "Missing, unknown or revoked API key"},
-    403: {"description": "Another account, or not a member of the channel's inbox"},
-    404: {"description": "Unknown channel or message"},
-    422: {"description": "Invalid request; `error.code` says which rule"},
+COMMON = (401, 403, 422, 503)
+MESSAGE_EXAMPLE: dict[str, Any] = cast(dict[str, Any], MessageListOut.model_config["json_schema_extra"])[
+    "example"
+]["data"][0]
+DRY_RUN_EXAMPLE: dict[str, Any] = {
+    "dry_run": True,
+    "sent_as": "template",
+    "preview": "123456 is your verification code.",
+    "template": {
+        "name": "otp_code",
+        "language": "en",
+        "category": "AUTHENTICATION",
+        "parameters": ["123456"],
+    },
+    "cost": {"amount": "0.024", "currency": "AZN", "category": "AUTHENTICATION"},
+    "window": {
+        "channel_id": 1,
+        "phone_number": "+994501234567",
+        "user_id": None,
+        "open": False,
+        "last_customer_message_at": None,
+        "expires_at": None,
+        "seconds_remaining": 0,
+    },
 }
+SEND_EXAMPLES: dict[str, Any] = {
+    "otp": {
+        "summary": "An OTP (authentication template)",
+        "value": {
+            "channel_id": 1,
+            "phone_number": "+994501234567",
+            "template": {"name": "otp_code", "language": "en", "parameters": ["123456"]},
+        },
+    },
+    "text": {
+        "summary": "Free-form text in the customer's window",
+        "value": {"channel_id": 1, "phone_number": "+994501234567", "text": "Your order has shipped."},
+    },
+}
+NOT_FOUND = {"_403": "Another account, or not a member of the channel's inbox"}
 
 
-@router.get("/accounts/{account_id}/whatsapp/messages/window", responses=ERRORS)
+@router.get(
+    "/accounts/{account_id}/whatsapp/messages/window",
+    summary="Check the customer service window",
+    description="Whether the 24-hour customer service window with a number is open on a channel (free-form"
+    " text may be sent only while it is), when the customer last wrote, and when it closes.",
+    responses={
+        200: {
+            "description": "The window",
+            "content": {
+                "application/json": {
+                    "example": {
+                        "channel_id": 1,
+                        "phone_number": "+994501234567",
+                        "open": True,
+                        "last_customer_message_at": "2026-11-24T09:15:00Z",
+                        "expires_at": "2026-11-25T09:15:00Z",
+                        "seconds_remaining": 86100,
+                    }
+                }
+            },
+        },
+        **errors(
+            *COMMON,
+            404,
+            codes={404: CHANNEL_NOT_FOUND},
+            _404="`channel_id` names no channel of the account",
+            **NOT_FOUND,
+        ),
+    },
+)
 async def check_window(
     gateway: GatewayDep,
     principal: Member,
@@ -61,14 +125,44 @@ async def check_window(
     "/accounts/{account_id}/whatsapp/messages",
     status_code=201,
     response_model=SendMessageResponse,
+    summary="Send a message",
+    description="Send a template (an OTP, a notification) or, in the customer's 24-hour window, free-form"
+    " text, to one number. Answers 201 with the message, queued; its status then moves through `sent`,"
+    " `delivered` and `read` (or `failed`), which `GET .../messages/{message_id}`, the `status_callback`"
+    " and webhooks report. With an `Idempotency-Key` a retry answers the first answer again.",
     responses={
-        **ERRORS,
-        200: {"description": "`dry_run=true`: what the send would be; nothing stored or sent"},
-        409: {"description": "Idempotency-Key in use"},
+        201: {
+            "description": "Accepted and queued",
+            "content": {
+                "application/json": {
+                    "example": {
+                        "id": "msg_01jdx3k6q8v2m4n5p6r7s8t9va",
+                        "sent_as": "template",
+                        "status": "queued",
+                    }
+                }
+            },
+        },
+        200: {
+            "description": "`dry_run=true`: what the send would be; nothing stored or sent",
+            "content": {"application/json": {"example": DRY_RUN_EXAMPLE}},
+        },
+        **errors(
+            *COMMON,
+            404,
+            409,
+            413,
+            codes={404: CHANNEL_NOT_FOUND},
+            _404="`channel_id` names no channel of the account",
+            _422="Invalid request, or a rule of the send refuses it (`invalid_phone_number`, `window_closed`,"
+            " `template_not_found`, `template_not_approved`, `template_parameters_mismatch`,"
+            " `marketing_preference_stopped`, `idempotency_key_reused`, ...)",
+            **NOT_FOUND,
+        ),
     },
 )
 async def send_message(
-    body: SendMessageRequest,
+    body: Annotated[SendMessageRequest, Body(openapi_examples=SEND_EXAMPLES)],
     request: Request,
     gateway: GatewayDep,
     principal: Member,
@@ -91,14 +185,75 @@ async def send_message(
     )
 
 
-@router.get("/accounts/{account_id}/whatsapp/messages/{message_id}", responses=ERRORS)
+@router.get(
+    "/accounts/{account_id}/whatsapp/messages/{message_id}",
+    summary="Get a message",
+    description="A message sent through the API, a bulk batch or the dashboard, with its status now, its"
+    " cost, and its conversation's status.",
+    responses={
+        200: {
+            "description": "The message",
+            "content": {"application/json": {"example": MESSAGE_EXAMPLE}},
+        },
+        **errors(
+            *COMMON,
+            404,
+            codes={404: MESSAGE_NOT_FOUND},
+            _404="No message with this id in the account",
+            **NOT_FOUND,
+        ),
+    },
+)
 async def get_message(message_id: str, gateway: GatewayDep, principal: Member) -> dict[str, Any]:
     async with gateway.db.read() as session:
         found = await service.read_message(session, principal=principal, message_id=message_id)
     return message_view(found.message, conversation_status=found.conversation_status.value)
 
 
-@router.get("/accounts/{account_id}/whatsapp/messages/{message_id}/deliveries", responses=ERRORS)
+@router.get(
+    "/accounts/{account_id}/whatsapp/messages/{message_id}/deliveries",
+    operation_id="list_message_deliveries",
+    summary="List a message's status callback deliveries",
+    responses={
+        200: {
+            "description": "The deliveries, newest first, each with every attempt",
+            "content": {
+                "application/json": {
+                    "example": {
+                        "data": [
+                            {
+                                "id": "evt_01jdx3k6q8v2m4n5p6r7s8t9va",
+                                "event": "message_updated",
+                                "message_id": "msg_01jdx3k6q8v2m4n5p6r7s8t9va",
+                                "state": "succeeded",
+                                "created_at": "2026-11-24T09:30:01Z",
+                                "finished_at": "2026-11-24T09:30:01Z",
+                                "payload": {"type": "message_updated"},
+                                "attempts": [
+                                    {
+                                        "at": "2026-11-24T09:30:01Z",
+                                        "succeeded": True,
+                                        "status_code": 200,
+                                        "latency_ms": 42,
+                                        "error": None,
+                                        "response": "ok",
+                                    }
+                                ],
+                            }
+                        ]
+                    }
+                }
+            },
+        },
+        **errors(
+            *COMMON,
+            404,
+            codes={404: MESSAGE_NOT_FOUND},
+            _404="No message with this id in the account",
+            **NOT_FOUND,
+        ),
+    },
+)
 async def get_callback_deliveries(
     message_id: str,
     gateway: GatewayDep,
@@ -112,37 +267,6 @@ async def get_callback_deliveries(
             session, account_id=principal.account_id, message_id=message_id, limit=limit
         )
     return JSONResponse({"data": [delivery_view(d, a) for d, a in found]})
-
-
-# API.md's error body, for the operations documented with it.
-ERROR_BODY: dict[str, Any] = {
-    "type": "object",
-    "required": ["error"],
-    "properties": {
-        "error": {
-            "type": "object",
-            "required": ["code", "message"],
-            "properties": {
-                "code": {"type": "string", "example": "invalid_request"},
-                "message": {"type": "string"},
-                "details": {
-                    "type": "array",
-                    "items": {
-                        "type": "object",
-                        "properties": {"field": {"type": "string"}, "issue": {"type": "string"}},
-                    },
-                },
-            },
-        }
-    },
-}
-
-
-def _error(description: str, example: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "description": description,
-        "content": {"application/json": {"schema": ERROR_BODY, "example": {"error": example}}},
-    }
 
 
 LIST_DESCRIPTION = """\
@@ -170,25 +294,13 @@ repeats or skips a message, even while new ones arrive), and it is null on the l
     response_model=None,
     responses={
         200: {"model": MessageListOut, "description": "A page of messages, newest first"},
-        401: _error(
-            "Missing, unknown or revoked API key",
-            {"code": "unauthorized", "message": "A valid API key is required."},
-        ),
-        403: _error(
-            "Another account, or `channel_id` of an inbox the key's user is not a member of",
-            {"code": "forbidden", "message": "This API key may not use this resource."},
-        ),
-        404: _error(
-            "`channel_id` names no channel of the account",
-            {"code": "channel_not_found", "message": "No channel with this id exists in the account."},
-        ),
-        422: _error(
-            "A filter's value is not valid; `details` names the field",
-            {
-                "code": "invalid_request",
-                "message": "The request is not valid: limit: must be from 1 to 200.",
-                "details": [{"field": "limit", "issue": "must be from 1 to 200"}],
-            },
+        **errors(
+            *COMMON,
+            404,
+            codes={404: CHANNEL_NOT_FOUND},
+            _403="Another account, or `channel_id` of an inbox the key's user is not a member of",
+            _404="`channel_id` names no channel of the account",
+            _422="A filter's value is not valid; `details` names the field",
         ),
     },
 )

@@ -5,13 +5,53 @@ from fastapi import APIRouter, Query
 from wagate.channels.service import channel_for_member, member_channels
 from wagate.deps import GatewayDep, Member
 from wagate.limits import Id
+from wagate.openapi import CHANNEL_NOT_FOUND, errors
 from wagate.templates import service
 from wagate.templates.schemas import TemplateList, TemplateOut
 
 router = APIRouter()
 
 
-@router.get("/accounts/{account_id}/whatsapp/templates", response_model=TemplateList)
+@router.get(
+    "/accounts/{account_id}/whatsapp/templates",
+    response_model=TemplateList,
+    summary="List templates",
+    description="The message templates of the channels the key's user may send from, as Meta last reported"
+    " them, with the `variables` a send's `template.parameters` fill. Every filter is optional and exact.",
+    responses={
+        200: {
+            "description": "The templates",
+            "content": {
+                "application/json": {
+                    "example": {
+                        "data": [
+                            {
+                                "channel_id": 1,
+                                "name": "otp_code",
+                                "language": "en",
+                                "category": "AUTHENTICATION",
+                                "status": "APPROVED",
+                                "parameter_format": "POSITIONAL",
+                                "variables": ["1"],
+                                "components": [{"type": "BODY", "text": "{{1}} is your code."}],
+                            }
+                        ]
+                    }
+                }
+            },
+        },
+        **errors(
+            401,
+            403,
+            404,
+            422,
+            503,
+            codes={404: CHANNEL_NOT_FOUND},
+            _403="Another account, or `channel_id` of an inbox the key's user is not a member of",
+            _404="`channel_id` names no channel of the account",
+        ),
+    },
+)
 async def list_templates(
     gateway: GatewayDep,
     principal: Member,

@@ -1,17 +1,17 @@
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import Response
 
 from wagate.deps import GatewayDep, Member
 from wagate.limits import Id
+from wagate.openapi import CHANNEL_NOT_FOUND, errors
 from wagate.responses import FastJSONResponse as JSONResponse
 from wagate.usage import service
 from wagate.usage.schemas import (
     CSV_MEDIA_TYPE,
-    ErrorBody,
     UsageOut,
     csv_filename,
     usage_csv,
@@ -28,23 +28,26 @@ CSV_EXAMPLE = (
 RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "Usage per UTC day, channel and category; as CSV with `Accept: text/csv`.",
-        "content": {CSV_MEDIA_TYPE: {"schema": {"type": "string"}, "example": CSV_EXAMPLE}},
+        "content": {
+            "application/json": {
+                "example": cast(dict[str, Any], UsageOut.model_config["json_schema_extra"])["example"]
+            },
+            CSV_MEDIA_TYPE: {"schema": {"type": "string"}, "example": CSV_EXAMPLE},
+        },
     },
-    401: {"model": ErrorBody, "description": "Missing, unknown or revoked API key (`unauthorized`)"},
-    403: {
-        "model": ErrorBody,
-        "description": "Another account (`forbidden`), or `channel_id` of an inbox the agent is not a"
-        " member of",
-    },
-    404: {
-        "model": ErrorBody,
-        "description": "`channel_id` names no channel of the account (`channel_not_found`)",
-    },
-    422: {
-        "model": ErrorBody,
-        "description": "`from`, `to` or `channel_id` is not valid, or the period is longer than 366 days"
+    **errors(
+        401,
+        403,
+        404,
+        422,
+        503,
+        codes={404: CHANNEL_NOT_FOUND},
+        _401="Missing, unknown or revoked API key (`unauthorized`)",
+        _403="Another account (`forbidden`), or `channel_id` of an inbox the agent is not a member of",
+        _404="`channel_id` names no channel of the account (`channel_not_found`)",
+        _422="`from`, `to` or `channel_id` is not valid, or the period is longer than 366 days"
         " (`invalid_request`, the field in `details`)",
-    },
+    ),
 }
 DESCRIPTION = """\
 Outbound messages (API, bulk and agent sends), how many of them failed, and what they cost, per UTC

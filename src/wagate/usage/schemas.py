@@ -68,23 +68,6 @@ class UsageOut(BaseModel):
     total: UsageTotalOut
 
 
-class ErrorDetail(BaseModel):
-    field: str
-    issue: str
-
-
-class ErrorInfo(BaseModel):
-    code: str = Field(examples=["invalid_request"])
-    message: str = Field(examples=["The request is not valid: from: must be a date as YYYY-MM-DD."])
-    details: list[ErrorDetail] | None = None
-
-
-class ErrorBody(BaseModel):
-    """The body of every error (API.md, Conventions)."""
-
-    error: ErrorInfo
-
-
 def usage_view(report: UsageReport) -> dict[str, Any]:
     """The 200 body of `GET /v1/accounts/{account_id}/usage`."""
     return {
