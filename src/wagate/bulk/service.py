@@ -116,6 +116,7 @@ async def prepare_batch(
         subscriptions=subscriptions,
         priority=Priority.bulk,
         batch_id=batch_id,
+        validity_seconds=request.validity_seconds,
     )
     # Tens of milliseconds of CPU for 1000 numbers: off the event loop, so that single sends accepted
     # meanwhile are not held up by it.

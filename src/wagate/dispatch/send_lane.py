@@ -25,7 +25,7 @@ from wagate.dispatch import sends
 from wagate.dispatch.deps import LaneDeps
 from wagate.outbox.isolation import write_isolating
 from wagate.outbox.limiter import SlidingWindowLimiter
-from wagate.outbox.models import ClaimedSend, FastClaim, Priority
+from wagate.outbox.models import ClaimedSend, FastClaim, Priority, expired_error
 from wagate.outbox.recorder import BatchRecorder
 from wagate.outbox.retry import CHANNEL_THROTTLED
 from wagate.whatsapp.errors import (
@@ -334,6 +334,9 @@ class ChannelLane:
     async def _send(
         self, config: ChannelConfig, claimed: ClaimedSend, on_sent: Callable[[], None]
     ) -> sends.Outcome:
+        if claimed.expired(utcnow()):
+            # Past its validity period (a backlog, a throttled or paused channel, a restart): never sent.
+            return sends.Rejected(claimed, expired_error(claimed.validity_seconds))
         client = self.deps.client
         try:
             result = await client.send_message(

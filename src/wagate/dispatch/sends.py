@@ -28,7 +28,15 @@ from wagate.messages.pricing import Prices
 from wagate.messages.status import StatusChange, apply_status
 from wagate.messages.webhooks import apply_parked_statuses
 from wagate.outbox.dead_letters import bury
-from wagate.outbox.models import ClaimedSend, JobKind, JobState, OutboxJob, Priority, claim_rows
+from wagate.outbox.models import (
+    ClaimedSend,
+    JobKind,
+    JobState,
+    OutboxJob,
+    Priority,
+    claim_rows,
+    expired_error,
+)
 from wagate.outbox.retry import SEND_NOT_DELIVERED, SEND_ORPHANED
 
 _messages = table_of(Message)
@@ -119,9 +127,12 @@ def claim_sends(
             OutboxJob.payload,
             OutboxJob.attempts,
             OutboxJob.priority,
+            OutboxJob.expires_at,
         ),
     )
-    claimed = [ClaimedSend(r[0], r[1], r[2]["body"], r[3], r[4]) for r in rows]
+    claimed = [
+        ClaimedSend(r[0], r[1], r[2]["body"], r[3], r[4], r[5], r[2].get("validity_seconds")) for r in rows
+    ]
     return sorted(claimed, key=lambda c: (c.priority, c.job_id))
 
 
@@ -312,6 +323,7 @@ def release_unconfirmed(
     `in_flight` past its lease: the process died between recording the attempt and recording the
     answer. Had Meta taken the message, its status webhooks (retried by Meta until we answer) would
     have settled it by now, so it is sent again, a bounded number of times.
+    One whose validity period has ended fails `expired: ...` instead of going again.
     `unconfirmed`: Meta answered in a way that leaves it open (timeout, 5xx). It is not sent blindly
     a second time; the message fails with `upstream_unconfirmed`, so a caller polling it (or its
     `after_seconds` callback) can fall back, e.g. to SMS. Returns how many events it wrote.
@@ -334,6 +346,16 @@ def release_unconfirmed(
     for job, message in rows:
         settled = message.upstream_message_id is not None or message.status is MessageStatus.failed
         resend = job.state is JobState.in_flight and not SEND_ORPHANED.exhausted(job.attempts)
+        if not settled and resend and job.expires_at is not None and now >= job.expires_at:
+            # Sent again it would be stale (an OTP after an outage): it fails instead.
+            change = apply_status(
+                message,
+                MessageStatus.failed,
+                external_error=expired_error(job.payload.get("validity_seconds")),
+            )
+            if change:
+                changes.append(change)
+            settled = True
         if not settled and resend:
             job.state = JobState.ready
             job.run_at = now

@@ -126,6 +126,9 @@ class PreparedSend:
     user_id: str | None = None
     contact_id: int | None = None
     agent_user_id: int | None = None  # a dashboard user's reply
+    # A validity period (API.md section 11): not handed to Meta by `expires_at`, it is never sent.
+    validity_seconds: int | None = None
+    expires_at: datetime | None = None
     # Who takes which events (the cached snapshot): `message_created` and `conversation_status_changed`
     # cost the send nothing when nobody does.
     subscriptions: Subscriptions = NO_SUBSCRIPTIONS

@@ -82,7 +82,11 @@ def store_sends(
     outbox_rows = [
         outbox_row(
             JobKind.send_message,
-            payload={"body": send.upstream_body},
+            payload=(
+                {"body": send.upstream_body, "validity_seconds": send.validity_seconds}
+                if send.validity_seconds
+                else {"body": send.upstream_body}
+            ),
             run_at=now,
             priority=send.priority,
             now=now,
@@ -90,6 +94,7 @@ def store_sends(
             message_id=send.message_id,
             batch_id=send.batch_id,
             claimed_by=claim,
+            expires_at=send.expires_at,
         )
         for send in sends
     ]

@@ -64,6 +64,17 @@ class SendMessageRequest(RequestBody):
     fallback_template: TemplateRef | None = None
     conversation_status: Literal["open", "pending"] | None = None
     status_callback: StatusCallback | None = None
+    validity_seconds: int | None = Field(
+        None,
+        ge=1,
+        le=86400,
+        description=(
+            "Validity period, 1 to 86400 seconds: a message not handed to WhatsApp within this many seconds"
+            " of its acceptance (a backlog, a throttled or paused channel, an outage) is never sent; it"
+            " becomes `failed` with `external_error` `expired: ...`, costs 0 and fires its events like any"
+            " failure. Meant for OTPs. Without it a message waits as long as it takes."
+        ),
+    )
 
     @model_validator(mode="after")
     def _template_or_text(self) -> SendMessageRequest:

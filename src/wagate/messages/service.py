@@ -15,7 +15,7 @@ from wagate.config import Settings
 from wagate.conversations.models import ConversationStatus
 from wagate.conversations.repository import marketing_stopped
 from wagate.conversations.service import Recipient, recipient_for, window_for
-from wagate.db import isoformat
+from wagate.db import isoformat, utcnow
 from wagate.deps import Gateway
 from wagate.errors import (
     InvalidRequest,
@@ -128,6 +128,7 @@ async def prepare_send(
         free=bound is not None and _category(bound) == "UTILITY" and window_open,
         # Signed in to the dashboard rather than calling with a key: an agent's reply.
         agent_user_id=principal.user_id if principal.api_key_id is None else None,
+        validity_seconds=request.validity_seconds,
     )
 
 
@@ -183,6 +184,7 @@ def build_send(
     contact_id: int | None = None,
     free: bool = False,
     agent_user_id: int | None = None,
+    validity_seconds: int | None = None,
 ) -> PreparedSend:
     """A checked send with its Cloud API body and price (a single message, or one of a batch). A send
     to a user id names it as Meta's `recipient`, even when its number is known."""
@@ -219,6 +221,9 @@ def build_send(
         user_id=user_id,
         contact_id=contact_id,
         agent_user_id=agent_user_id,
+        # Counted from the checked request: a deadline a moment early never sends a stale message.
+        validity_seconds=validity_seconds,
+        expires_at=utcnow() + timedelta(seconds=validity_seconds) if validity_seconds else None,
     )
 
 
@@ -261,7 +266,17 @@ async def accept_send(
 
     job_id = await gateway.db.write(unit)
     if claim is not None:
-        claim.started(ClaimedSend(job_id, prepared.message_id, prepared.upstream_body, 1, prepared.priority))
+        claim.started(
+            ClaimedSend(
+                job_id,
+                prepared.message_id,
+                prepared.upstream_body,
+                1,
+                prepared.priority,
+                prepared.expires_at,
+                prepared.validity_seconds,
+            )
+        )
     else:
         dispatcher.wake(prepared.channel_id)
     if prepared.announced:

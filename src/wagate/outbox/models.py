@@ -71,6 +71,8 @@ class OutboxJob(Base):
     locked_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
     locked_until: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # A send with a validity period (API.md section 11): not handed to Meta by then, it is never sent.
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
 
 
 def outbox_row(
@@ -86,6 +88,7 @@ def outbox_row(
     batch_id: str | None = None,
     ordering_key: str | None = None,
     claimed_by: FastClaim | None = None,
+    expires_at: datetime | None = None,
 ) -> dict[str, Any]:
     """An outbox row as the values of a Core insert, every column given, so rows built for different
     kinds can go in one multi-row statement. `claimed_by`: stored already claimed, its attempt recorded
@@ -106,6 +109,7 @@ def outbox_row(
         "locked_by": claimed_by.worker_id if claimed_by else None,
         "locked_until": claimed_by.locked_until if claimed_by else None,
         "created_at": now,
+        "expires_at": expires_at,
     }
 
 
@@ -118,6 +122,17 @@ class ClaimedSend:
     body: dict[str, Any]
     attempts: int
     priority: int
+    # Its validity period's end, and the period (for the error): see `expired_error`.
+    expires_at: datetime | None = None
+    validity_seconds: int | None = None
+
+    def expired(self, now: datetime) -> bool:
+        return self.expires_at is not None and now >= self.expires_at
+
+
+def expired_error(validity_seconds: int | None) -> str:
+    """The `external_error` of a send not handed to Meta within its validity period."""
+    return f"expired: not handed to WhatsApp within {validity_seconds} s of its acceptance"
 
 
 @dataclass(frozen=True)
