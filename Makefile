@@ -4,6 +4,10 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
 STAMP = $(VENV)/.installed-stamp
+# Command-line tools the tests run whose own dependencies clash with ours (openapi-python-client pins
+# an older typer), kept in a virtual environment of their own.
+TOOLS ?= .venv-tools
+TOOLS_STAMP = $(TOOLS)/.installed-stamp
 
 .PHONY: sandbox test lint bench bench-events bench-bulk install
 
@@ -13,12 +17,18 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-install: $(STAMP)
+$(TOOLS_STAMP): Makefile
+	$(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/python -m pip install --quiet --upgrade pip
+	$(TOOLS)/bin/python -m pip install --quiet openapi-python-client==0.29.1
+	touch $(TOOLS_STAMP)
+
+install: $(STAMP) $(TOOLS_STAMP)
 
 sandbox: $(STAMP)
 	$(BIN)/wagate serve --sandbox
 
-test: $(STAMP)
+test: $(STAMP) $(TOOLS_STAMP)
 	$(BIN)/pytest
 
 lint: $(STAMP)
