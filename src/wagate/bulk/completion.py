@@ -16,6 +16,7 @@ from wagate.db import isoformat, utcnow
 from wagate.events.models import DeliveryKind, EventKind
 from wagate.events.publish import NewDelivery, webhook_key_prefix, write_deliveries
 from wagate.events.subscriptions import Subscriptions, read_subscriptions
+from wagate.live import LiveChange, LiveKind, record_live
 from wagate.messages.models import Message, MessageStatus
 from wagate.messages.schemas import format_amount
 from wagate.outbox.models import JobKind, JobState, OutboxJob
@@ -62,6 +63,8 @@ def complete_batches(
             .returning(Batch)
         )
     )
+    # The dashboard's batch pages and lists follow a batch to `completed` (no conversation of its own).
+    record_live(session, [LiveChange(b.account_id, b.channel_id, 0, LiveKind.status) for b in finished])
     return publish_completed(session, finished, subscriptions)
 
 

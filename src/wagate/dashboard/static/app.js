@@ -84,13 +84,13 @@
     if (!url || !window.EventSource) return;
     const banner = document.querySelector("[data-connection]");
     const here = Number(body.dataset.conversationId || 0);
-    let connected = false;
     const source = new EventSource(url);
     source.addEventListener("ready", () => {
       if (banner) banner.hidden = true;
-      // After a drop, catch up on what changed meanwhile.
-      if (connected) { if (here) refreshConversation(); refreshList(); }
-      connected = true;
+      // Catch up on what changed between the page's rendering (or a drop) and this subscription:
+      // a batch just sent may have gone out before the stream was open.
+      if (here) refreshConversation();
+      refreshList();
     });
     source.addEventListener("change", (event) => {
       const change = JSON.parse(event.data);
