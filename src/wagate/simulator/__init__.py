@@ -3,9 +3,12 @@
 from wagate.simulator.app import create_simulator_app, main, run_simulator
 from wagate.simulator.magic import (
     MAGIC_FAILED_THEN_DELIVERED,
+    MAGIC_HANG,
     MAGIC_NUMBERS,
     MAGIC_RATE_LIMITED,
     MAGIC_REENGAGEMENT,
+    MAGIC_RESET,
+    MAGIC_RESET_AFTER_ACCEPT,
     MAGIC_SENT_ONLY,
     MAGIC_SERVER_ERROR,
     MAGIC_SLOW,
@@ -14,18 +17,22 @@ from wagate.simulator.magic import (
     fault_for,
 )
 from wagate.simulator.server import RunningServer, run_in_thread, serve_in_background, start_in_thread
-from wagate.simulator.state import ChannelInfo, SimulatorConfig, StatusDelays
+from wagate.simulator.state import ChannelInfo, ConnectionFault, SimulatorConfig, StatusDelays
 
 __all__ = [
     "MAGIC_FAILED_THEN_DELIVERED",
+    "MAGIC_HANG",
     "MAGIC_NUMBERS",
     "MAGIC_RATE_LIMITED",
     "MAGIC_REENGAGEMENT",
+    "MAGIC_RESET",
+    "MAGIC_RESET_AFTER_ACCEPT",
     "MAGIC_SENT_ONLY",
     "MAGIC_SERVER_ERROR",
     "MAGIC_SLOW",
     "MAGIC_UNDELIVERABLE",
     "ChannelInfo",
+    "ConnectionFault",
     "Fault",
     "RunningServer",
     "SimulatorConfig",

@@ -4,16 +4,22 @@
   restore the startup switches. The webhook URL and registered channels are wiring and stay.
 - ``GET /_sim/config``; ``POST /_sim/config`` with any of ``webhook_url``, ``app_secret``,
   ``status_delays {sent, delivered, read}``, ``read_enabled``, ``reorder_statuses``,
-  ``duplicate_statuses``, ``auto_statuses``, ``rate_limit_per_second`` (null = off),
+  ``duplicate_statuses`` (true = twice, N = N copies), ``auto_statuses``,
+  ``rate_limit_per_second`` (null = off),
   ``access_tokens`` (null = any), ``fail_next {count, code, to?, phone_number_id?}`` (the next
   ``count`` sends, only those to ``to`` / from ``phone_number_id`` when given: 5xx codes answer with
   that HTTP status, 408 accepts but replies late, other codes answer Meta's error with that code),
+  ``fault_next {count, kind, to?, phone_number_id?}`` or a list of them (connection faults, see
+  :class:`~wagate.simulator.state.ConnectionFault`: ``reset_before|after``, ``close_before|after``,
+  ``hang_before|after``; each entry is added to those waiting, a send takes the first that matches),
   ``answer_wamid_next {to, wamid}`` (the next send to ``to`` is answered with that wamid, as an
   upstream that repeats an id it gave before would),
   ``slow_response_seconds``, ``response_latency_seconds``, ``webhook_retry_total|initial|cap``,
   ``webhook_timeout``, ``webhook_batch_window_seconds`` (statuses of one WABA due that close
   together share one POST; 0 = one status per POST). ``fail_next.to`` and
   ``answer_wamid_next.to`` may be a number or a user id (a send by ``recipient``).
+- ``POST /_sim/webhook_burst {phone_number_id?, copies, per_post, concurrency}``: every status
+  webhook sent so far posted again, ``copies`` times, ``concurrency`` POSTs at once.
 - ``GET /_sim/messages?phone_number_id=&to=&wamid=&user_id=``: accepted sends, oldest first.
 - ``GET /_sim/stats``: sends per phone_number_id per wall-clock second, the most in any sliding 1 s
   window, and webhook counters; ``GET /_sim/idle?seconds=5`` waits until no webhook is pending.
@@ -30,11 +36,18 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, HTTPException
 from pydantic import BaseModel, ConfigDict, Field
 
 from wagate.simulator.customers import digits_of, is_user_id
-from wagate.simulator.state import ChannelInfo, InjectedFailure, SimulatorState, StatusDelays
+from wagate.simulator.state import (
+    ChannelInfo,
+    ConnectionFault,
+    InjectedFailure,
+    InjectedFault,
+    SimulatorState,
+    StatusDelays,
+)
 from wagate.simulator.templates import with_ids
 from wagate.simulator.webhooks import WebhookSender
 
@@ -56,6 +69,20 @@ class FailNext(_Body):
     phone_number_id: str | None = None
 
 
+class FaultNext(_Body):
+    count: int = Field(ge=0)
+    kind: ConnectionFault
+    to: str | None = None
+    phone_number_id: str | None = None
+
+
+class BurstBody(_Body):
+    phone_number_id: str | None = None
+    copies: int = Field(default=1, ge=1, le=50)
+    per_post: int = Field(default=1, ge=1, le=100)
+    concurrency: int = Field(default=50, ge=1, le=500)
+
+
 class WamidNext(_Body):
     to: str = Field(min_length=1)
     wamid: str = Field(min_length=1)
@@ -67,11 +94,13 @@ class ConfigPatch(_Body):
     status_delays: DelaysPatch | None = None
     read_enabled: bool | None = None
     reorder_statuses: bool | None = None
-    duplicate_statuses: bool | None = None
+    # true = twice; a number = that many copies of each status webhook (1 = none duplicated).
+    duplicate_statuses: bool | int | None = Field(default=None, ge=0, le=50)
     auto_statuses: bool | None = None
     rate_limit_per_second: int | None = Field(default=None, ge=1)
     access_tokens: list[str] | None = None
     fail_next: FailNext | None = None
+    fault_next: FaultNext | list[FaultNext] | None = None
     answer_wamid_next: WamidNext | None = None
     slow_response_seconds: float | None = Field(default=None, ge=0)
     response_latency_seconds: float | None = Field(default=None, ge=0, le=30)
@@ -145,9 +174,39 @@ def build_control_router(state: SimulatorState, sender: WebhookSender) -> APIRou
             fail = patch.fail_next
             to = _recipient_key(fail.to) if fail.to else None
             state.fail_next = InjectedFailure(fail.count, fail.code, to, fail.phone_number_id)
+        if patch.fault_next is not None:
+            given_faults = patch.fault_next if isinstance(patch.fault_next, list) else [patch.fault_next]
+            for item in given_faults:
+                if item.count > 0:
+                    to = _recipient_key(item.to) if item.to else None
+                    state.faults.append(InjectedFault(item.count, item.kind, to, item.phone_number_id))
         if patch.answer_wamid_next is not None:
             state.wamid_next[_recipient_key(patch.answer_wamid_next.to)] = patch.answer_wamid_next.wamid
         return config.public()
+
+    @router.post("/webhook_burst")
+    async def webhook_burst(body: BurstBody) -> dict[str, Any]:
+        """Every status webhook sent so far (of one number, when given), posted again ``copies``
+        times, ``concurrency`` POSTs at once: a burst of late duplicates, as Meta sends after an
+        outage of its own. Answers once every POST was delivered or given up."""
+        updates = [
+            u
+            for u in state.statuses_sent
+            if body.phone_number_id is None or u.channel.phone_number_id == body.phone_number_id
+        ]
+        if not state.config.webhook_url:
+            raise HTTPException(409, "no webhook_url is set: a burst would have nowhere to go")
+        if not updates:
+            return {"statuses": 0, "posts": 0, "delivered": 0, "gave_up": 0}
+        posts, delivered, gave_up = await sender.burst(
+            updates, copies=body.copies, per_post=body.per_post, concurrency=body.concurrency
+        )
+        return {
+            "statuses": len(updates) * body.copies,
+            "posts": posts,
+            "delivered": delivered,
+            "gave_up": gave_up,
+        }
 
     @router.get("/messages")
     async def messages(

@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+import logging
+import socket
+import struct
 import time
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from fastapi import APIRouter, Request, Response
@@ -17,7 +21,7 @@ from fastapi import APIRouter, Request, Response
 from wagate.simulator.customers import Customer, digits_of
 from wagate.simulator.magic import FAILURE_ERRORS, Fault, fault_for
 from wagate.simulator.payloads import Recipient
-from wagate.simulator.state import SentRecord, SimulatorState, new_wamid, now_pair
+from wagate.simulator.state import ConnectionFault, SentRecord, SimulatorState, new_wamid, now_pair
 from wagate.simulator.validation import (
     GraphError,
     check_bearer,
@@ -27,6 +31,8 @@ from wagate.simulator.validation import (
     validate_send,
 )
 from wagate.simulator.webhooks import StatusStep, WebhookSender
+
+log = logging.getLogger(__name__)
 
 DEFAULT_PAGE_SIZE = 25
 MAX_PAGE_SIZE = 1000
@@ -69,6 +75,14 @@ def status_steps(state: SimulatorState, fault: Fault | None) -> list[StatusStep]
     return steps
 
 
+# Magic numbers that stand for a connection fault rather than an answer.
+_MAGIC_CONNECTION_FAULTS = {
+    Fault.RESET: ConnectionFault.RESET_BEFORE,
+    Fault.RESET_AFTER_ACCEPT: ConnectionFault.RESET_AFTER,
+    Fault.HANG: ConnectionFault.HANG_BEFORE,
+}
+
+
 def build_graph_router(state: SimulatorState, sender: WebhookSender) -> APIRouter:
     router = APIRouter()
 
@@ -81,7 +95,10 @@ def build_graph_router(state: SimulatorState, sender: WebhookSender) -> APIRoute
             except orjson.JSONDecodeError:
                 raise GraphError(400, 100, "Invalid parameter", "Request body is not valid JSON.") from None
             keys = _recipient_keys(body)
-            # Injected failures come before validation: they stand for Meta's side failing.
+            # Injected faults come before validation: they stand for the network or Meta's side failing.
+            connection_fault = state.take_fault(phone_number_id, keys)
+            if connection_fault is not None and not connection_fault.reaches_meta:
+                return await _fail_connection(request, connection_fault, state.config.slow_response_seconds)
             injected = state.take_injected_failure(phone_number_id, keys)
             if injected is not None and injected != 408:
                 raise error_for_code(injected)
@@ -91,6 +108,12 @@ def build_graph_router(state: SimulatorState, sender: WebhookSender) -> APIRoute
             recipient = Recipient(customer, by_user_id=valid.recipient is not None)
             # A user id whose number is known fails as that number would.
             fault = fault_for(customer.wa_id) if customer.wa_id else None
+            if connection_fault is None and fault in _MAGIC_CONNECTION_FAULTS:
+                connection_fault = _MAGIC_CONNECTION_FAULTS[fault]
+                if not connection_fault.reaches_meta:
+                    return await _fail_connection(
+                        request, connection_fault, state.config.slow_response_seconds
+                    )
             if fault is Fault.RATE_LIMITED:
                 raise rate_limit_hit()
             if fault is Fault.SERVER_ERROR:
@@ -134,7 +157,10 @@ def build_graph_router(state: SimulatorState, sender: WebhookSender) -> APIRoute
                 free_in_window=category == "utility"
                 and state.window_open(phone_number_id, customer.user_id, wall),
             )
-        if fault is Fault.SLOW or injected == 408:
+        if connection_fault in (ConnectionFault.RESET_AFTER, ConnectionFault.CLOSE_AFTER):
+            # Meta has the message (its statuses will come); the answer never does.
+            return await _fail_connection(request, connection_fault, state.config.slow_response_seconds)
+        if fault is Fault.SLOW or injected == 408 or connection_fault is ConnectionFault.HANG_AFTER:
             # The message went out; only the reply is late, which is what a client timeout looks like.
             await _late_reply(request, state.config.slow_response_seconds)
         elif state.config.response_latency_seconds > 0:
@@ -230,6 +256,44 @@ async def _late_reply(request: Request, seconds: float) -> None:
         if await request.is_disconnected():
             return
         await asyncio.sleep(min(0.05, remaining))
+
+
+async def _fail_connection(request: Request, fault: ConnectionFault, hang_seconds: float) -> Response:
+    """Fail the request's connection itself: no HTTP answer ever reaches the client.
+
+    A reset sets SO_LINGER to 0 before closing, so the kernel sends a TCP RST (the client sees
+    ``ECONNRESET``); a close is an orderly FIN (the client sees the server disconnect). A hang holds
+    the request until the client gives up (its read timeout) or ``hang_seconds`` pass, then closes.
+    The response returned is never written: uvicorn drops writes to a closed connection.
+    """
+    if fault is ConnectionFault.HANG_BEFORE:
+        await _late_reply(request, hang_seconds)
+    transport = _transport_of(request)
+    if transport is None:
+        # A server that does not expose its connections (not uvicorn): the closest is a 502.
+        log.warning("simulator: cannot drop the connection under this server; answering 502 instead")
+        return json_response({"error": {"message": "simulated connection fault", "code": 1}}, 502)
+    if fault in (ConnectionFault.RESET_BEFORE, ConnectionFault.RESET_AFTER):
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        transport.abort()
+    else:
+        transport.close()
+    return Response(status_code=204)
+
+
+def _transport_of(request: Request) -> asyncio.Transport | None:
+    """The connection's transport under uvicorn: its ASGI ``receive`` is a bound method of the
+    request cycle, which holds the transport (neither Starlette nor FastAPI wrap ``receive`` on the
+    way to a route)."""
+    cycle = getattr(request.receive, "__self__", None)
+    transport = getattr(cycle, "transport", None)
+    # Duck-typed: uvloop's transports are not subclasses of asyncio's.
+    if transport is None or not callable(getattr(transport, "abort", None)):
+        return None
+    return cast("asyncio.Transport", transport)
 
 
 def _select(template: dict[str, Any], fields: list[str]) -> dict[str, Any]:

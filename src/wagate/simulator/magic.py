@@ -18,6 +18,14 @@ last 7 digits      constant                       what the simulator does
                                                   follow, but the 200 comes only after
                                                   ``slow_response_seconds`` (default 30 s), longer
                                                   than any client timeout: a lost reply
+``0000104``        ``MAGIC_RESET``                the connection is reset (TCP RST) before the send is
+                                                  recorded: it never reached Meta, but the client
+                                                  cannot tell (no answer at all)
+``0001104``        ``MAGIC_RESET_AFTER_ACCEPT``   the send is recorded and its statuses follow, then
+                                                  the connection is reset instead of the 200
+``0000110``        ``MAGIC_HANG``                 no answer and nothing recorded; the connection is
+                                                  closed once the client gives up (or after
+                                                  ``slow_response_seconds``)
 ``0000202``        ``MAGIC_SENT_ONLY``            200, then ``sent`` and never ``delivered``
 ``0000410``        ``MAGIC_FAILED_THEN_DELIVERED``  200, then ``sent``, ``failed`` (131026), and a late
                                                   ``delivered`` (Meta does this for multi-device users)
@@ -35,6 +43,9 @@ class Fault(StrEnum):
     RATE_LIMITED = "rate_limited"
     SERVER_ERROR = "server_error"
     SLOW = "slow"
+    RESET = "reset"
+    RESET_AFTER_ACCEPT = "reset_after_accept"
+    HANG = "hang"
     SENT_ONLY = "sent_only"
     FAILED_THEN_DELIVERED = "failed_then_delivered"
 
@@ -44,6 +55,9 @@ MAGIC_REENGAGEMENT = "+994500001047"
 MAGIC_RATE_LIMITED = "+994500130429"
 MAGIC_SERVER_ERROR = "+994500000500"
 MAGIC_SLOW = "+994500000408"
+MAGIC_RESET = "+994500000104"
+MAGIC_RESET_AFTER_ACCEPT = "+994500001104"
+MAGIC_HANG = "+994500000110"
 MAGIC_SENT_ONLY = "+994500000202"
 MAGIC_FAILED_THEN_DELIVERED = "+994500000410"
 
@@ -53,6 +67,9 @@ MAGIC_NUMBERS: dict[str, Fault] = {
     MAGIC_RATE_LIMITED: Fault.RATE_LIMITED,
     MAGIC_SERVER_ERROR: Fault.SERVER_ERROR,
     MAGIC_SLOW: Fault.SLOW,
+    MAGIC_RESET: Fault.RESET,
+    MAGIC_RESET_AFTER_ACCEPT: Fault.RESET_AFTER_ACCEPT,
+    MAGIC_HANG: Fault.HANG,
     MAGIC_SENT_ONLY: Fault.SENT_ONLY,
     MAGIC_FAILED_THEN_DELIVERED: Fault.FAILED_THEN_DELIVERED,
 }

@@ -14,10 +14,14 @@ import uuid
 from collections import deque
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
 
 from wagate.simulator.customers import CustomerBook
 from wagate.simulator.templates import seed_for
+
+if TYPE_CHECKING:
+    from wagate.simulator.payloads import StatusUpdate
 
 RATE_WINDOW_SECONDS = 1.0
 
@@ -50,7 +54,8 @@ class SimulatorConfig:
     access_tokens: set[str] | None = None
     auto_statuses: bool = True
     reorder_statuses: bool = False
-    duplicate_statuses: bool = False
+    # Each status webhook goes out this many times (True = twice, as Meta sometimes does; 10 for a storm).
+    duplicate_statuses: bool | int = False
     slow_response_seconds: float = 30.0
     # Every accepted send is answered this long after it was recorded: Meta's own processing and the
     # way back, which the real Cloud API takes a few hundred milliseconds for.
@@ -117,6 +122,40 @@ class InjectedFailure:
         )
 
 
+class ConnectionFault(StrEnum):
+    """``fault_next`` kinds: the connection itself fails, as networks and Meta's front ends do.
+
+    ``*_before``: the send is never recorded (it did not reach Meta: no log entry, no status webhook).
+    ``*_after``: it is recorded and its status webhooks follow; only the answer is lost.
+    """
+
+    RESET_BEFORE = "reset_before"  # RST (SO_LINGER 0) instead of an answer; nothing recorded
+    RESET_AFTER = "reset_after"  # recorded, then RST instead of the answer
+    CLOSE_BEFORE = "close_before"  # an orderly close (FIN) without an answer; nothing recorded
+    CLOSE_AFTER = "close_after"  # recorded, then FIN without the answer
+    HANG_BEFORE = "hang_before"  # no answer until the client gives up (then closed); nothing recorded
+    HANG_AFTER = "hang_after"  # recorded, the answer only after slow_response_seconds (fail_next 408)
+
+    @property
+    def reaches_meta(self) -> bool:
+        return self.value.endswith("_after")
+
+
+@dataclass
+class InjectedFault:
+    """``fault_next``: the next ``count`` matching sends meet the connection fault ``kind``."""
+
+    count: int
+    kind: ConnectionFault
+    to: str | None = None  # digits, no '+', or a user id
+    phone_number_id: str | None = None
+
+    def matches(self, phone_number_id: str, recipients: tuple[str, ...]) -> bool:
+        return (self.to is None or self.to in recipients) and (
+            self.phone_number_id is None or self.phone_number_id == phone_number_id
+        )
+
+
 @dataclass
 class WebhookCounters:
     delivered: int = 0
@@ -134,6 +173,11 @@ class SimulatorState:
         self.by_wamid: dict[str, SentRecord] = {}
         self._recent: dict[str, deque[float]] = {}
         self.fail_next: InjectedFailure | None = None
+        # ``fault_next`` entries, oldest first; a send takes the first that matches it.
+        self.faults: list[InjectedFault] = []
+        # Every status the walks of accepted sends handed out (once, whatever the duplicates), for
+        # ``/_sim/webhook_burst``.
+        self.statuses_sent: list[StatusUpdate] = []
         # ``answer_wamid_next``: recipient digits (or user id) -> the wamid its next send is answered with.
         self.wamid_next: dict[str, str] = {}
         self.counters = WebhookCounters()
@@ -152,6 +196,8 @@ class SimulatorState:
         self.by_wamid.clear()
         self._recent.clear()
         self.fail_next = None
+        self.faults.clear()
+        self.statuses_sent.clear()
         self.wamid_next.clear()
         self.counters = WebhookCounters()
         self.customers.clear()  # usernames go; the numbers keep their derived user ids
@@ -182,6 +228,25 @@ class SimulatorState:
             return None
         failure.count -= 1
         return failure.code
+
+    def take_fault(self, phone_number_id: str, recipients: tuple[str, ...]) -> ConnectionFault | None:
+        """The connection fault the first matching ``fault_next`` entry gives this send, if any."""
+        for index, fault in enumerate(self.faults):
+            if fault.matches(phone_number_id, recipients):
+                fault.count -= 1
+                if fault.count <= 0:
+                    del self.faults[index]
+                return fault.kind
+        return None
+
+    def status_copies(self) -> int:
+        """How many times each status webhook goes out (``duplicate_statuses``)."""
+        copies = self.config.duplicate_statuses
+        if copies is True:
+            return 2
+        if copies is False:
+            return 1
+        return max(1, int(copies))
 
     def over_rate_limit(self, phone_number_id: str, now: float) -> bool:
         limit = self.config.rate_limit_per_second

@@ -23,7 +23,7 @@ from typing import Any
 import aiohttp
 
 from wagate.simulator.batching import StatusBatcher
-from wagate.simulator.payloads import Recipient, error_item, status_update
+from wagate.simulator.payloads import Recipient, StatusUpdate, error_item, status_update, statuses_payload
 from wagate.simulator.state import ChannelInfo, SimulatorState
 
 
@@ -129,6 +129,26 @@ class WebhookSender:
             await asyncio.sleep(delay)
             delay = min(delay * 2, config.webhook_retry_cap)
 
+    async def burst(
+        self, updates: list[StatusUpdate], *, copies: int, per_post: int, concurrency: int
+    ) -> tuple[int, int, int]:
+        """Post ``updates`` again, ``copies`` times, ``per_post`` statuses to a body, ``concurrency``
+        bodies at once, each with the usual retries; (bodies, delivered, given up)."""
+        bodies = [
+            statuses_payload(updates[start : start + per_post])
+            for _ in range(copies)
+            for start in range(0, len(updates), per_post)
+        ]
+        gate = asyncio.Semaphore(concurrency)
+
+        async def one(payload: dict[str, Any]) -> bool:
+            async with gate:
+                return await self.deliver(payload)
+
+        results = await asyncio.gather(*(one(body) for body in bodies))
+        delivered = sum(1 for ok in results if ok)
+        return len(bodies), delivered, len(bodies) - delivered
+
     async def deliver_now(self, payload: dict[str, Any]) -> bool:
         """Try once right away (control endpoints report the result); keep retrying in the background."""
         status = await self.post_once(payload)
@@ -160,7 +180,7 @@ class WebhookSender:
             ordered = [
                 StatusStep(slot.delay, s.status, s.error) for slot, s in zip(steps, steps[::-1], strict=True)
             ]
-        copies = 2 if config.duplicate_statuses else 1
+        copies = self.state.status_copies()
         started = time.monotonic()
 
         async def run() -> None:
@@ -179,6 +199,7 @@ class WebhookSender:
                     free_in_window=free_in_window,
                     errors=[error_item(*step.error)] if step.error else None,
                 )
+                self.state.statuses_sent.append(update)
                 for _ in range(copies):
                     # The next status waits until this one was delivered (or given up on).
                     await self.batcher.submit(update)
