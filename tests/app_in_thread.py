@@ -25,6 +25,7 @@ from wagate.config import Settings
 from wagate.migrate import migrate, sync_url
 from wagate.operations import run_provision
 from wagate.provisioning import ProvisionFile
+from wagate.serving import guarded_protocol
 from wagate.simulator.server import serve_in_background, start_in_thread
 
 
@@ -75,7 +76,7 @@ def gateway_with_app(
         provisioned = provisioner.submit(asyncio.run, run_provision(config, spec_file)).result()
     ids = _ids(provisioned)
     app = create_app(config, run_dispatcher=run_dispatcher)
-    url, stop = start_in_thread(app)
+    url, stop = start_in_thread(app, http=guarded_protocol(config))
     if wire_simulator:
         simulator.configure(webhook_url=f"{url}/webhooks/whatsapp")
     try:
@@ -127,7 +128,7 @@ async def gateway_in_this_loop(
     migrate(database_url)
     ids = _ids(await run_provision(config, ProvisionFile.model_validate(provision_file())))
     app = create_app(config)
-    server, task = await serve_in_background(app)
+    server, task = await serve_in_background(app, http=guarded_protocol(config))
     try:
         yield f"http://127.0.0.1:{server.config.port}", app.state.gateway, ids
     finally:

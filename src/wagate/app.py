@@ -24,7 +24,7 @@ from wagate.dispatch.dispatcher import Dispatcher
 from wagate.errors import InvalidRequest, MethodNotAllowed, NotFound, NotReady, WagateError
 from wagate.events.endpoints import router as events_router
 from wagate.idempotency.service import InFlightKeys
-from wagate.limits import RequestGuard
+from wagate.limits import KeyRateLimiter, RequestGuard
 from wagate.live import LiveHub
 from wagate.lookups import Lookups
 from wagate.messages.endpoints import router as messages_router
@@ -121,8 +121,9 @@ def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True)
             db=db, settings=settings, client=client, secret_box=secret_box, lookups=lookups
         )
         # The two typed values handlers get (wagate.deps.get_gateway, whatsapp.webhook._deps).
+        key_rates = KeyRateLimiter(settings.api_key_requests_per_second, settings.api_key_burst)
         app.state.gateway = Gateway(
-            db, settings, secret_box, client, lookups, dispatcher, InFlightKeys(), live
+            db, settings, secret_box, client, lookups, dispatcher, InFlightKeys(), live, key_rates
         )
         app.state.receiver = ReceiverDeps(db, settings, lambda: dispatcher.running, dispatcher.wake)
         await live.start()  # PostgreSQL: hear what other processes (workers, other APIs) commit
@@ -154,6 +155,7 @@ def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True)
         RequestGuard,
         max_request_bytes=settings.max_request_bytes,
         max_webhook_bytes=settings.max_webhook_bytes,
+        body_timeout_seconds=settings.body_timeout_seconds,
     )
     for router in (channels_router, templates_router, messages_router, bulk_router, events_router, usage_api):
         app.include_router(router, prefix="/v1")

@@ -58,9 +58,10 @@ def serve(
 
         run_migrations(settings.database_url)
     from wagate.app import create_app
+    from wagate.serving import uvicorn_options
 
     uvicorn.run(
-        create_app(settings, run_dispatcher=dispatcher), host=host, port=port, log_level=settings.log_level
+        create_app(settings, run_dispatcher=dispatcher), host=host, port=port, **uvicorn_options(settings)
     )
 
 

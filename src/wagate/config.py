@@ -60,6 +60,17 @@ class Settings(BaseSettings):
     max_webhook_bytes: int = Field(4 * 1024 * 1024, ge=1024)
     log_level: str = "info"
     # FastAPI's native OpenTelemetry (traces, metrics, logs through the global providers). Off by
+    # Slow clients (docs/security.md): the request line and headers must arrive within
+    # `header_timeout_seconds` of the connection or of the request's first byte and hold at most
+    # `max_header_bytes` (408 / 431); a body must arrive within `body_timeout_seconds` once read.
+    header_timeout_seconds: float = Field(10.0, gt=0)
+    max_header_bytes: int = Field(16 * 1024, ge=1024)
+    body_timeout_seconds: float = Field(30.0, gt=0)
+    # Requests per second of one API key in one process, with bursts of `api_key_burst` (429
+    # `rate_limited` with Retry-After beyond; 0 turns it off). Meta takes at most 1000 messages a
+    # second from a number, and a batch carries 1000 recipients in one request: normal use stays below.
+    api_key_requests_per_second: float = Field(1000.0, ge=0)
+    api_key_burst: int = Field(2000, ge=1)
     # default: even unconfigured it looks the providers up on every request.
     opentelemetry: bool = False
 

@@ -18,6 +18,7 @@ from wagate.config import Settings
 from wagate.db import Database
 from wagate.errors import Unauthorized
 from wagate.idempotency.service import InFlightKeys
+from wagate.limits import KeyRateLimiter
 from wagate.live import LiveHub
 from wagate.lookups import Lookups
 from wagate.outbox.models import FastClaim
@@ -51,6 +52,8 @@ class Gateway:
     idempotency_in_flight: InFlightKeys
     # The live changes of committed writes, for the dashboard's pages (`live.subscribe(account_id)`).
     live: LiveHub
+    # Requests per API key and second (429 `rate_limited` beyond).
+    key_rates: KeyRateLimiter
 
 
 def get_gateway(request: Request) -> Gateway:
@@ -62,12 +65,15 @@ GatewayDep = Annotated[Gateway, Depends(get_gateway)]
 
 
 async def authenticate(request: Request, gateway: GatewayDep) -> Principal:
-    """The caller's principal from `Authorization: Bearer <key>`, or 401."""
+    """The caller's principal from `Authorization: Bearer <key>`, or 401 (429 past the key's rate)."""
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise Unauthorized()
-    return await gateway.lookups.principal(token.strip())
+    principal = await gateway.lookups.principal(token.strip())
+    if principal.api_key_id is not None:
+        gateway.key_rates.take(principal.api_key_id)
+    return principal
 
 
 Authenticated = Annotated[Principal, Depends(authenticate)]

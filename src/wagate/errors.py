@@ -90,6 +90,18 @@ class PayloadTooLarge(WagateError):
     message = "The request body is too large."
 
 
+class RequestTimeout(WagateError):
+    status_code = 408
+    code = "request_timeout"
+    message = "The request did not arrive in time."
+
+
+class HeadersTooLarge(WagateError):
+    status_code = 431
+    code = "headers_too_large"
+    message = "The request's headers are too large."
+
+
 class Unprocessable(WagateError):
     status_code = 422
     code = "invalid_request"

@@ -8,7 +8,12 @@
   hash and the JSON columns, stops at 255), and its integers fit in 64 bits (beyond, orjson and the
   databases cannot hold them: a larger number goes as a string) and its numbers are finite.
 - A request body is at most `max_request_bytes` (`max_webhook_bytes` for Meta's webhooks), counted
-  while it streams in (`RequestGuard`).
+  while it streams in, and arrives within `body_timeout_seconds` (`RequestGuard`; 413 / 408).
+- A path is at most `MAX_PATH_LENGTH` characters, a query string at most `MAX_QUERY_LENGTH` with at
+  most `MAX_QUERY_PARAMETERS` parameters of at most `MAX_QUERY_VALUE_LENGTH` characters each (422).
+- An API key makes at most `api_key_requests_per_second` requests a second, with bursts of
+  `api_key_burst` (`KeyRateLimiter`; 429 `rate_limited` with Retry-After).
+- The request line and headers: see `wagate.serving` (431 past their size, 408 when they come too slowly).
 
 Path and query strings are checked by `RequestGuard` before routing; JSON bodies by `RequestBody`, the
 base of every request model, once they are parsed.
@@ -16,9 +21,11 @@ base of every request model, once they are parsed.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
-from typing import Annotated, Any
+import time
+from typing import Annotated, Any, NoReturn
 from urllib.parse import parse_qsl
 
 import orjson
@@ -26,12 +33,16 @@ from pydantic import BaseModel, Field, model_validator
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from wagate.errors import InvalidRequest, PayloadTooLarge, WagateError
+from wagate.errors import InvalidRequest, PayloadTooLarge, RateLimited, RequestTimeout, WagateError
 
 MAX_ID = 2**63 - 1
 MIN_INTEGER = -(2**63)
 MAX_INTEGER = 2**63 - 1
 MAX_JSON_DEPTH = 64
+MAX_PATH_LENGTH = 2048
+MAX_QUERY_LENGTH = 8192
+MAX_QUERY_PARAMETERS = 50
+MAX_QUERY_VALUE_LENGTH = 2048
 WEBHOOK_PATH = "/webhooks/whatsapp"
 
 # Ids in paths and queries (parsed from text); in JSON bodies a number is required (BodyId). Declare
@@ -116,36 +127,55 @@ class RequestBody(BaseModel):
 
 
 def query_problem(scope: Scope) -> tuple[str, str] | None:
-    """(field, issue) of a control character in the request's path or query string."""
-    if CONTROL_CHARACTER.search(scope.get("path", "")):
+    """(field, issue) of a control character or a length past its limit in the request's path or
+    query string."""
+    path = scope.get("path", "")
+    if len(path) > MAX_PATH_LENGTH:
+        return "path", f"longer than {MAX_PATH_LENGTH} characters"
+    if CONTROL_CHARACTER.search(path):
         return "path", CONTROL_CHARACTER_ISSUE
     query = scope.get("query_string", b"").decode("latin-1")
-    if "%" not in query and not CONTROL_CHARACTER.search(query):
-        return None  # nothing escaped, nothing to decode: the common case costs one scan
+    if len(query) > MAX_QUERY_LENGTH:
+        return "query", f"longer than {MAX_QUERY_LENGTH} characters"
+    if query.count("&") >= MAX_QUERY_PARAMETERS:
+        return "query", f"more than {MAX_QUERY_PARAMETERS} parameters"
+    if len(query) <= MAX_QUERY_VALUE_LENGTH and "%" not in query and not CONTROL_CHARACTER.search(query):
+        return None  # short, nothing escaped, nothing to decode: the common case costs one scan
     for name, value in parse_qsl(query, keep_blank_values=True):
-        if CONTROL_CHARACTER.search(name):
+        if CONTROL_CHARACTER.search(name) or CONTROL_CHARACTER.search(value):
             return name, CONTROL_CHARACTER_ISSUE
-        if CONTROL_CHARACTER.search(value):
-            return name, CONTROL_CHARACTER_ISSUE
+        if len(name) > MAX_QUERY_VALUE_LENGTH or len(value) > MAX_QUERY_VALUE_LENGTH:
+            return name[:100], f"longer than {MAX_QUERY_VALUE_LENGTH} characters"
     return None
 
 
-class _BodyTooLarge(Exception):
-    """Raised into the app by `receive` once the body passed the limit (the 413 is already sent)."""
+class _BodyRefused(Exception):
+    """Raised into the app by `receive` once the body passed its size or time limit (the 413 or 408
+    is already sent)."""
 
 
 class RequestGuard:
-    """Pure ASGI middleware: control characters in the path or query are a 422, and a body past its
-    limit a 413 `payload_too_large` as soon as the limit is passed (or announced by Content-Length).
+    """Pure ASGI middleware: control characters or lengths past their limits in the path or query are
+    a 422; a body past its limit a 413 `payload_too_large` as soon as the limit is passed (or announced
+    by Content-Length); a body still incomplete `body_timeout_seconds` after the app began to read it
+    a 408 `request_timeout` (a slow client holds a connection and a task, never for long).
 
     The body is counted while it streams in, so an endless chunked upload costs at most the limit in
-    memory; the 413 says `Connection: close`, so the server stops reading the rest.
+    memory; the 413 and 408 say `Connection: close`, so the server stops reading the rest.
     """
 
-    def __init__(self, app: ASGIApp, *, max_request_bytes: int, max_webhook_bytes: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        max_request_bytes: int,
+        max_webhook_bytes: int,
+        body_timeout_seconds: float = 30.0,
+    ) -> None:
         self.app = app
         self.max_request_bytes = max_request_bytes
         self.max_webhook_bytes = max_webhook_bytes
+        self.body_timeout_seconds = body_timeout_seconds
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -163,18 +193,33 @@ class RequestGuard:
             return
 
         received = 0
-        started = answered = False
+        started = answered = body_complete = False
+        deadline: float | None = None
+
+        async def refuse(error: WagateError) -> NoReturn:
+            nonlocal answered
+            if not started:
+                await _answer(send, error, close=True)
+                answered = True
+            raise _BodyRefused
 
         async def counted_receive() -> Message:
-            nonlocal received, answered
-            message = await receive()
+            nonlocal received, body_complete, deadline
+            if body_complete:
+                return await receive()  # after the body: waiting for a disconnect takes its time
+            loop = asyncio.get_running_loop()
+            if deadline is None:
+                deadline = loop.time() + self.body_timeout_seconds
+            try:
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
+                await refuse(_too_slow(self.body_timeout_seconds))
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
-                    if not started:
-                        await _answer(send, _too_large(limit), close=True)
-                        answered = True
-                    raise _BodyTooLarge
+                    await refuse(_too_large(limit))
+                body_complete = not message.get("more_body", False)
             return message
 
         async def guarded_send(message: Message) -> None:
@@ -187,13 +232,50 @@ class RequestGuard:
 
         try:
             await self.app(scope, counted_receive, guarded_send)
-        except _BodyTooLarge:
+        except _BodyRefused:
             if not answered:
                 raise
 
 
 def _too_large(limit: int) -> PayloadTooLarge:
     return PayloadTooLarge(f"The request body is too large: send at most {limit} bytes.")
+
+
+def _too_slow(seconds: float) -> RequestTimeout:
+    return RequestTimeout(f"The request body did not arrive within {seconds:g} seconds.")
+
+
+class KeyRateLimiter:
+    """A token bucket per API key in this process: `per_second` requests a second on average, up to
+    `burst` at once; 0 turns it off.
+
+    Per process on purpose: it costs a dict lookup and no database round trip on the hot path. With N
+    API processes a key gets up to N times the rate, so the default leaves room for normal use in one
+    process and stops a runaway client (a loop without backoff) from taking the process from others.
+    """
+
+    def __init__(self, per_second: float, burst: int) -> None:
+        self.per_second = per_second
+        self.burst = max(burst, 1)
+        self._buckets: dict[int, tuple[float, float]] = {}  # key id -> (tokens left, when counted)
+
+    def take(self, key_id: int) -> None:
+        """Count one request of the key, or raise 429 `rate_limited` saying when to retry."""
+        if self.per_second <= 0:
+            return
+        now = time.monotonic()
+        tokens, counted_at = self._buckets.get(key_id, (float(self.burst), now))
+        tokens = min(float(self.burst), tokens + (now - counted_at) * self.per_second)
+        if tokens >= 1:
+            self._buckets[key_id] = (tokens - 1, now)
+            return
+        self._buckets[key_id] = (tokens, now)
+        wait = math.ceil((1 - tokens) / self.per_second)
+        raise RateLimited(
+            f"Too many requests with this API key: at most {self.per_second:g} a second"
+            f" (bursts of {self.burst}); retry after {wait} s.",
+            headers={"Retry-After": str(wait)},
+        )
 
 
 async def _answer(send: Send, error: WagateError, *, close: bool = False) -> None:

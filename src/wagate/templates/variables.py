@@ -15,6 +15,8 @@ from wagate.whatsapp.payloads import body_component, header_component, text_para
 
 PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z0-9_]+)\s*\}\}")
 AUTHENTICATION = "AUTHENTICATION"
+# The most characters of one parameter value: Meta's limit for a template's whole body.
+MAX_PARAMETER_LENGTH = 1024
 
 
 def _placeholders(text: str | None) -> list[str]:
@@ -101,5 +103,8 @@ def bind_parameters(variables: list[str], parameters: Any) -> dict[str, str] | s
         text = str(value)
         if not text.strip():
             return f"value for {name} must not be empty"
+        if len(text) > MAX_PARAMETER_LENGTH:
+            # Meta's limit for a template's whole body: a longer value can never be sent.
+            return f"value for {name} is longer than {MAX_PARAMETER_LENGTH} characters"
         values[name] = text
     return values

@@ -1,0 +1,155 @@
+"""How wagate is served by uvicorn: its HTTP protocol, with limits on the request line and headers.
+
+uvicorn has no limit of its own on how long a client may take to send a request's head, nor on how
+large the head may be: a client that opens connections and sends a header byte now and then (the
+"slowloris" attack) holds each connection for ever, and an endless header grows in memory. The
+protocol below closes such connections:
+
+- the request line and headers must arrive within `header_timeout_seconds` of the connection being
+  made or of the request's first byte (408 `request_timeout`);
+- they may hold at most `max_header_bytes` (431 `headers_too_large`), counted while they stream in.
+
+Between requests uvicorn's keep-alive timeout closes idle connections; once the head is in, the body
+has its own deadline (`RequestGuard` in `wagate.limits`). Every refusal is the contract's error body.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from wagate.config import Settings
+from wagate.errors import HeadersTooLarge, RequestTimeout, WagateError
+
+_REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+
+
+class _HeadRefused(Exception):
+    """Raised from a parser callback to stop parsing a head that broke a limit."""
+
+
+class GuardedHttpProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the limits above (`guarded_protocol` sets them)."""
+
+    max_header_bytes = 16 * 1024
+    header_timeout_seconds = 10.0
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._awaiting_head = True
+        self._head_bytes = 0  # bytes received while the head was incomplete (an upper bound)
+        self._header_bytes = 0  # bytes of the request line and headers, as parsed
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._refusal: WagateError | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_head_timer()  # a connection that never sends a byte is closed too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_head_timer()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._awaiting_head:
+            self._head_bytes += len(data)
+        super().data_received(data)
+        if self._awaiting_head and self._head_bytes > self.max_header_bytes and self._refusal is None:
+            # The head is still incomplete and already too large: do not keep reading it.
+            self._refuse(_too_large(self.max_header_bytes))
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._awaiting_head = True
+        self._header_bytes = 0
+        if self._head_timer is None:
+            self._arm_head_timer()
+
+    def on_url(self, url: bytes) -> None:
+        self._header_bytes += len(url)
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_bytes += len(name) + len(value) + 4  # ": " and CRLF
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._cancel_head_timer()
+        if self._header_bytes > self.max_header_bytes:
+            self._refusal = _too_large(self.max_header_bytes)
+            raise _HeadRefused  # the parser stops; uvicorn answers through send_400_response
+        self._awaiting_head = False
+        self._head_bytes = 0
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._awaiting_head = True  # the next request's head may follow on this connection
+        self._head_bytes = 0
+
+    def send_400_response(self, msg: str) -> None:
+        if self._refusal is not None:
+            self._write_refusal(self._refusal)
+            return
+        super().send_400_response(msg)
+
+    def _arm_head_timer(self) -> None:
+        self._head_timer = self.loop.call_later(self.header_timeout_seconds, self._head_too_slow)
+
+    def _cancel_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_too_slow(self) -> None:
+        self._head_timer = None
+        if self.transport.is_closing() or not self._awaiting_head:
+            return
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.cycle.keep_alive = False  # a response is still being written: close after it
+            return
+        self._refuse(
+            RequestTimeout(
+                f"The request line and headers did not arrive within {self.header_timeout_seconds:g} seconds."
+            )
+        )
+
+    def _refuse(self, error: WagateError) -> None:
+        self._refusal = error
+        self._write_refusal(error)
+
+    def _write_refusal(self, error: WagateError) -> None:
+        self._cancel_head_timer()
+        if self.transport.is_closing():
+            return
+        body = orjson.dumps(error.body())
+        head = (
+            b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+            b"connection: close\r\n\r\n" % (error.status_code, _REASONS[error.status_code], len(body))
+        )
+        self.transport.write(head + body)
+        self.transport.close()
+
+
+def _too_large(limit: int) -> HeadersTooLarge:
+    return HeadersTooLarge(f"The request line and headers are too large: send at most {limit} bytes.")
+
+
+def guarded_protocol(settings: Settings) -> type[GuardedHttpProtocol]:
+    """The protocol class with the deployment's limits (uvicorn makes one instance per connection)."""
+    return type(
+        "GuardedHttpProtocol",
+        (GuardedHttpProtocol,),
+        {
+            "max_header_bytes": settings.max_header_bytes,
+            "header_timeout_seconds": settings.header_timeout_seconds,
+        },
+    )
+
+
+def uvicorn_options(settings: Settings) -> dict[str, Any]:
+    """What every uvicorn server of the gateway runs with (`serve`, the sandbox, the tests)."""
+    return {"http": guarded_protocol(settings), "log_level": settings.log_level}
