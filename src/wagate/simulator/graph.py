@@ -99,7 +99,8 @@ def build_graph_router(state: SimulatorState, sender: WebhookSender) -> APIRoute
             connection_fault = state.take_fault(phone_number_id, keys)
             if connection_fault is not None and not connection_fault.reaches_meta:
                 return await _fail_connection(request, connection_fault, state.config.slow_response_seconds)
-            injected = state.take_injected_failure(phone_number_id, keys)
+            # A send meets one injected fault at most: a connection fault leaves fail_next for the next.
+            injected = None if connection_fault else state.take_injected_failure(phone_number_id, keys)
             if injected is not None and injected != 408:
                 raise error_for_code(injected)
             channel = state.channel(phone_number_id)
@@ -143,6 +144,7 @@ def build_graph_router(state: SimulatorState, sender: WebhookSender) -> APIRoute
                 template_name=template.get("name") if template else None,
                 template_language=template.get("language") if template else None,
                 template_category=template.get("category") if template else None,
+                answer_fault=_answer_fault(connection_fault, fault, injected),
             )
         )
         if state.config.auto_statuses:
@@ -256,6 +258,16 @@ async def _late_reply(request: Request, seconds: float) -> None:
         if await request.is_disconnected():
             return
         await asyncio.sleep(min(0.05, remaining))
+
+
+def _answer_fault(
+    connection_fault: ConnectionFault | None, fault: Fault | None, injected: int | None
+) -> str | None:
+    if connection_fault is not None:
+        return connection_fault.value
+    if fault is Fault.SLOW or injected == 408:
+        return ConnectionFault.HANG_AFTER.value
+    return None
 
 
 async def _fail_connection(request: Request, fault: ConnectionFault, hang_seconds: float) -> Response:

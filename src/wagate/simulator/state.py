@@ -94,6 +94,9 @@ class SentRecord:
     template_name: str | None
     template_language: str | None
     template_category: str | None
+    # The connection fault the answer to this accepted send met (``reset_after``, ``hang_after``...):
+    # the client never learnt that it was accepted. None when answered as usual.
+    answer_fault: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = {name: getattr(self, name) for name in self.__slots__}
