@@ -347,8 +347,12 @@ class ChannelLane:
                 on_sent=on_sent,
             )
         except ThrottlingError as exc:
-            self.throttle_count += 1
-            self.throttled_until = time.monotonic() + CHANNEL_THROTTLED.delay(self.throttle_count)
+            now = time.monotonic()
+            # The answers of calls that were under way together when Meta began to throttle are one
+            # throttle, not one each: counted apiece, a storm of them would stretch the pause to its cap.
+            if now >= self.throttled_until:
+                self.throttle_count += 1
+                self.throttled_until = now + CHANNEL_THROTTLED.delay(self.throttle_count)
             return sends.Retry(claimed, exc.external_error)
         except NotDelivered as exc:
             return sends.Retry(claimed, str(exc))
