@@ -19,8 +19,10 @@ class Settings(BaseSettings):
     meta_app_secret: str = ""
     meta_verify_token: str = ""
     allow_private_urls: bool = False
-    # Key for encrypting channel access tokens at rest (a Fernet key). Empty: a key file beside the
-    # database is created on first use, so the embedded default needs no set-up.
+    # Keys for encrypting channel access tokens and webhook/callback secrets at rest: Fernet keys,
+    # comma-separated, the first encrypts and all decrypt (a rotation adds one first, runs
+    # `wagate secrets rotate`, then drops the old one). Empty: a key file beside the database is
+    # created on first use, so the embedded default needs no set-up.
     secret_key: str = ""
     # Price per template category, in `currency`; session (free-text) messages are free.
     prices: dict[str, Decimal] = Field(

@@ -1,4 +1,6 @@
-"""Secrets at rest: API keys hashed, passwords hashed with argon2id, channel access tokens encrypted."""
+"""Secrets at rest: API keys hashed, passwords hashed with argon2id, channel access tokens and webhook and
+callback secrets encrypted with the deployment's keys (several during a rotation: the first encrypts,
+every one decrypts; `wagate secrets rotate` re-encrypts what an older key made)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from pathlib import Path
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
-from cryptography.fernet import Fernet, InvalidToken
+from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
 from wagate.config import Settings
 from wagate.db import sqlite_path
@@ -62,20 +64,51 @@ def _verify_scrypt(password: str, stored: str) -> bool:
     return hmac.compare_digest(digest, base64.b64decode(digest_b64))
 
 
+class SecretKeyError(ValueError):
+    """The configured key (or key file) is not a list of Fernet keys; the message names no key."""
+
+
+def parse_keys(value: str) -> list[str]:
+    """Comma-separated Fernet keys, the one that encrypts first; each is checked (SecretKeyError)."""
+    keys = [part.strip() for part in value.replace("\n", ",").split(",") if part.strip()]
+    if not keys:
+        raise SecretKeyError("no secret key given")
+    for position, key in enumerate(keys, start=1):
+        try:
+            Fernet(key.encode())
+        except (ValueError, TypeError):
+            # Never the key itself in the message: it ends up in logs.
+            raise SecretKeyError(
+                f"secret key {position} of {len(keys)} is not a Fernet key (32 url-safe base64-encoded bytes;"
+                " `wagate secrets new-key` makes one)"
+            ) from None
+    return keys
+
+
+def new_secret_key() -> str:
+    return Fernet.generate_key().decode()
+
+
 class SecretBox:
-    """Encrypts what must be read back (a channel's Meta access token) with the deployment's key."""
+    """Encrypts what must be read back (channels' Meta access tokens, webhook and callback signing
+    secrets) with the deployment's keys: the first key encrypts, every key decrypts (MultiFernet), so a
+    new key can be added before the old one is retired (docs/operations.md, "Rotating the secret key")."""
 
     def __init__(self, key: str) -> None:
-        self._fernet = Fernet(key.encode())
+        keys = parse_keys(key)
+        self.key_count = len(keys)
+        self._primary = Fernet(keys[0].encode())
+        self._fernet = MultiFernet([Fernet(k.encode()) for k in keys])
 
     @classmethod
     def from_settings(cls, secret_key: str, key_file: Path) -> SecretBox:
         if secret_key:
             return cls(secret_key)
-        # The embedded default: a key made once and kept beside the database, readable only by us.
+        # The embedded default: a key made once and kept beside the database, readable only by us. The
+        # file may hold several keys too (comma- or line-separated, the encrypting one first).
         if not key_file.exists():
             key_file.parent.mkdir(parents=True, exist_ok=True)
-            key_file.write_text(Fernet.generate_key().decode())
+            key_file.write_text(new_secret_key())
             key_file.chmod(0o600)
         return cls(key_file.read_text().strip())
 
@@ -85,8 +118,20 @@ class SecretBox:
     def decrypt(self, token: str) -> str:
         return self._fernet.decrypt(token.encode()).decode()
 
+    def is_current(self, token: str) -> bool:
+        """Whether `token` was made with the first key (nothing to rotate)."""
+        try:
+            self._primary.decrypt(token.encode())
+        except InvalidToken:
+            return False
+        return True
+
+    def rotate(self, token: str) -> str:
+        """`token`'s plain text encrypted again with the first key (InvalidToken when no key reads it)."""
+        return self._fernet.rotate(token.encode()).decode()
+
     def matches(self, token: str | None, plain: str) -> bool:
-        """Whether `token` encrypts `plain` under this key (False when made with another key)."""
+        """Whether `token` encrypts `plain` under one of the keys (False when made with another key)."""
         if token is None:
             return False
         try:
@@ -96,8 +141,8 @@ class SecretBox:
 
 
 def secret_box_for(settings: Settings) -> SecretBox:
-    """The deployment's box: `WAGATE_SECRET_KEY`, else a key kept in `wagate.secret` beside the SQLite
-    file (or in the working directory)."""
+    """The deployment's box: `WAGATE_SECRET_KEY` (one or more comma-separated keys), else the key(s)
+    kept in `wagate.secret` beside the SQLite file (or in the working directory)."""
     db_file = sqlite_path(settings.database_url)
     key_dir = db_file.parent if db_file is not None else Path.cwd()
     return SecretBox.from_settings(settings.secret_key, key_dir / "wagate.secret")
