@@ -2,6 +2,8 @@
 
 A second run with the same file changes nothing and prints the same ids. A key given with an explicit
 `token` is printed every time (the caller has it anyway); a generated token is printed only when made.
+What a run changes of keys, channels, inbox members and webhooks is in the audit log, by `provisioning`;
+a run that changes nothing writes no entry.
 """
 
 from __future__ import annotations
@@ -13,13 +15,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
+from wagate.accounts.actors import record_change
 from wagate.accounts.models import Account, ApiKey, Role, User
 from wagate.accounts.service import issue_api_key, revoke_api_key, set_token
+from wagate.audit.models import PROVISIONING, SECRET_REPLACED, SECRET_SET, AuditAction
 from wagate.channels.models import Channel, ChannelMember
+from wagate.channels.service import record_membership
 from wagate.events.models import EventKind, Webhook
-from wagate.events.repository import create_webhook
-from wagate.events.service import new_secret
-from wagate.security import SecretBox, hash_password, verify_password
+from wagate.events.service import new_secret, new_webhook
+from wagate.security import SecretBox, hash_api_token, hash_password, verify_password
 
 
 class _Strict(BaseModel):
@@ -96,16 +100,31 @@ def _user(session: Session, account: Account, spec: UserSpec) -> User:
 def _api_key(session: Session, account: Account, user: User, spec: ApiKeySpec) -> dict[str, Any]:
     key = session.scalar(select(ApiKey).where(ApiKey.user_id == user.id, ApiKey.name == spec.name))
     token = spec.token
+    changed: dict[str, Any] = {}
     if key is None:
-        issued = issue_api_key(session, account_id=account.id, user_id=user.id, name=spec.name, token=token)
+        issued = issue_api_key(
+            session, account_id=account.id, user_id=user.id, name=spec.name, token=token, by=PROVISIONING
+        )
         key, token = issued.key, issued.token
-    elif token is not None:
+    elif token is not None and key.token_hash != hash_api_token(token):
         set_token(key, token)
+        changed["token"] = SECRET_REPLACED
     if spec.revoked:
-        revoke_api_key(session, account_id=account.id, key_id=key.id)
-    else:
+        revoke_api_key(session, account_id=account.id, key_id=key.id, by=PROVISIONING)
+    elif key.revoked_at is not None:
         key.revoked_at = None
+        changed["revoked"] = False
     session.flush()
+    if changed:
+        record_change(
+            session,
+            PROVISIONING,
+            account_id=account.id,
+            action=AuditAction.api_key_updated,
+            target_type="api_key",
+            target_id=key.id,
+            changes={"name": key.name, **changed},
+        )
     return {"user": user.email, "name": key.name, "api_key_id": key.id, "token": token}
 
 
@@ -113,21 +132,53 @@ def _channel(
     session: Session, account: Account, spec: ChannelSpec, users: dict[str, User], box: SecretBox
 ) -> Channel:
     channel = session.scalar(select(Channel).where(Channel.phone_number_id == spec.phone_number_id))
+    created = channel is None
     if channel is None:
         channel = Channel(account_id=account.id, phone_number_id=spec.phone_number_id)
         session.add(channel)
     elif channel.account_id != account.id:
         raise ValueError(f"phone_number_id {spec.phone_number_id} already belongs to another account")
-    channel.name = spec.name
-    channel.phone_number = business_number(spec.phone_number)
-    channel.waba_id = spec.waba_id
-    channel.messages_per_second = spec.messages_per_second
+    wanted_fields: dict[str, Any] = {
+        "name": spec.name,
+        "phone_number": business_number(spec.phone_number),
+        "waba_id": spec.waba_id,
+        "messages_per_second": spec.messages_per_second,
+    }
+    changed: dict[str, Any] = {}
+    for field, value in wanted_fields.items():
+        before = None if created else getattr(channel, field)
+        if before != value:
+            changed[field] = value if created else {"from": before, "to": value}
+            setattr(channel, field, value)
+    resumed = False
     if not box.matches(channel.access_token_encrypted, spec.access_token):
         channel.access_token_encrypted = box.encrypt(spec.access_token)
+        changed["access_token"] = SECRET_SET if created else SECRET_REPLACED
         # A new token is the usual fix of a paused channel: try it at once rather than at the next probe.
+        resumed = channel.paused_reason is not None
         channel.paused_reason = None
         channel.paused_at = None
     session.flush()
+    if changed:
+        record_change(
+            session,
+            PROVISIONING,
+            account_id=account.id,
+            action=AuditAction.channel_created if created else AuditAction.channel_updated,
+            target_type="channel",
+            target_id=channel.id,
+            changes={"phone_number_id": channel.phone_number_id, **changed} if created else changed,
+        )
+    if resumed:
+        record_change(
+            session,
+            PROVISIONING,
+            account_id=account.id,
+            action=AuditAction.channel_resumed,
+            target_type="channel",
+            target_id=channel.id,
+            changes={"why": "a new access token"},
+        )
     wanted = set()
     for email in spec.members:
         member = users.get(email.lower()) or session.scalar(select(User).where(User.email == email.lower()))
@@ -146,6 +197,22 @@ def _channel(
             )
         )
     session.flush()
+    if wanted != current:
+        emails: dict[int, str] = {
+            row[0]: row[1]
+            for row in session.execute(select(User.id, User.email).where(User.id.in_(wanted ^ current)))
+        }
+        for user_id in sorted(wanted ^ current):
+            record_membership(
+                session,
+                PROVISIONING,
+                account_id=account.id,
+                channel_id=channel.id,
+                user_id=user_id,
+                added=user_id in wanted,
+                channel_name=channel.name,
+                email=emails.get(user_id, ""),
+            )
     return channel
 
 
@@ -158,10 +225,25 @@ def _webhook(session: Session, account: Account, spec: WebhookSpec, box: SecretB
     secret = None
     if webhook is None:
         secret = new_secret()
-        webhook = create_webhook(
-            session, account_id=account.id, url=spec.url, events=spec.events, secret=secret, box=box
+        webhook = new_webhook(
+            session,
+            account_id=account.id,
+            url=spec.url,
+            events=spec.events,
+            secret=secret,
+            box=box,
+            by=PROVISIONING,
         )
-    else:
+    elif list(webhook.events) != [e.value for e in spec.events]:
+        record_change(
+            session,
+            PROVISIONING,
+            account_id=account.id,
+            action=AuditAction.webhook_updated,
+            target_type="webhook",
+            target_id=webhook.id,
+            changes={"events": {"from": list(webhook.events), "to": [e.value for e in spec.events]}},
+        )
         webhook.events = [e.value for e in spec.events]
         session.flush()
     return {"id": webhook.id, "url": webhook.url, "events": webhook.events, "secret": secret}

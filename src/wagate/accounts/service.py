@@ -17,8 +17,10 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
+from wagate.accounts.actors import By, record_change
 from wagate.accounts.auth import Principal
 from wagate.accounts.models import ApiKey, DashboardSession, Role, User
+from wagate.audit.models import AuditAction
 from wagate.db import detached, utcnow
 from wagate.deps import Gateway
 from wagate.errors import Conflict, InvalidRequest, NotFound, RateLimited, Unauthorized
@@ -65,9 +67,10 @@ def set_token(key: ApiKey, token: str) -> None:
 
 
 def issue_api_key(
-    session: Session, *, account_id: int, user_id: int, name: str, token: str | None = None
+    session: Session, *, account_id: int, user_id: int, name: str, by: By, token: str | None = None
 ) -> IssuedKey:
-    """A new key for a user of the account (`token` only when provisioning brings its own)."""
+    """A new key for a user of the account (`token` only when provisioning brings its own), recorded in
+    the audit log as made `by` that principal or command."""
     user = session.scalar(select(User).where(User.id == user_id, User.account_id == account_id))
     if user is None:
         raise UserNotFound()
@@ -78,12 +81,28 @@ def issue_api_key(
     set_token(key, token)
     session.add(key)
     session.flush()
+    record_change(
+        session,
+        by,
+        account_id=account_id,
+        action=AuditAction.api_key_created,
+        target_type="api_key",
+        target_id=key.id,
+        changes={
+            "name": name,
+            "owner_user_id": user_id,
+            "owner_email": user.email,
+            "prefix": key.token_prefix,
+        },
+    )
     return IssuedKey(key=key, token=token)
 
 
-def revoke_api_key(session: Session, *, account_id: int, key_id: int, user_id: int | None = None) -> ApiKey:
+def revoke_api_key(
+    session: Session, *, account_id: int, key_id: int, by: By, user_id: int | None = None
+) -> ApiKey:
     """Revoke a key of the account (of that user only, when `user_id` is given); revoking twice is a
-    no-op that keeps the first time."""
+    no-op that keeps the first time (and is not audited again)."""
     query = select(ApiKey).where(ApiKey.id == key_id, ApiKey.account_id == account_id)
     if user_id is not None:
         query = query.where(ApiKey.user_id == user_id)
@@ -93,6 +112,15 @@ def revoke_api_key(session: Session, *, account_id: int, key_id: int, user_id: i
     if key.revoked_at is None:
         key.revoked_at = utcnow()
         session.flush()
+        record_change(
+            session,
+            by,
+            account_id=account_id,
+            action=AuditAction.api_key_revoked,
+            target_type="api_key",
+            target_id=key.id,
+            changes={"name": key.name, "owner_user_id": key.user_id, "prefix": key.token_prefix},
+        )
     return key
 
 
@@ -147,10 +175,10 @@ async def account_users(session: AsyncSession, *, account_id: int) -> list[User]
 # process at once (its cached principal dropped) and by the others within the cache's 5 s.
 
 
-async def create_api_key(gateway: Gateway, *, account_id: int, user_id: int, name: str) -> IssuedKey:
+async def create_api_key(gateway: Gateway, *, account_id: int, user_id: int, name: str, by: By) -> IssuedKey:
     """A new key for a user of the account, named as typed (surrounding spaces dropped): 422 for an
     empty or too long name, 409 for a name the user's other keys have, 404 for a user of another
-    account."""
+    account. `by`: who asks (the audit log's actor)."""
     name = name.strip()
     if not name or len(name) > API_KEY_NAME_LENGTH:
         raise InvalidRequest(
@@ -159,7 +187,7 @@ async def create_api_key(gateway: Gateway, *, account_id: int, user_id: int, nam
         )
 
     def unit(session: Session) -> IssuedKey:
-        issued = issue_api_key(session, account_id=account_id, user_id=user_id, name=name)
+        issued = issue_api_key(session, account_id=account_id, user_id=user_id, name=name, by=by)
         return IssuedKey(key=detached(session, issued.key), token=issued.token)
 
     issued: IssuedKey = await gateway.db.write(unit)
@@ -167,10 +195,12 @@ async def create_api_key(gateway: Gateway, *, account_id: int, user_id: int, nam
     return issued
 
 
-async def revoke_key(gateway: Gateway, *, account_id: int, key_id: int, user_id: int | None = None) -> ApiKey:
+async def revoke_key(
+    gateway: Gateway, *, account_id: int, key_id: int, by: By, user_id: int | None = None
+) -> ApiKey:
     key: ApiKey = await gateway.db.write(
         lambda session: detached(
-            session, revoke_api_key(session, account_id=account_id, key_id=key_id, user_id=user_id)
+            session, revoke_api_key(session, account_id=account_id, key_id=key_id, by=by, user_id=user_id)
         )
     )
     gateway.lookups.forget_principal(key.token_hash)

@@ -4,14 +4,17 @@ inboxes' members, as administrators manage them (the dashboard's settings > Inbo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING
 
-from sqlalchemy import delete, exists, select
+from sqlalchemy import delete, exists, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
+from wagate.accounts.actors import By, record_change
 from wagate.accounts.auth import Principal
 from wagate.accounts.models import Role, User
+from wagate.audit.models import SYSTEM, AuditAction
 from wagate.channels.models import Channel, ChannelMember
 from wagate.errors import ChannelNotFound, Forbidden, NotFound
 
@@ -113,15 +116,41 @@ async def account_inboxes(
     return InboxPage([Inbox(channel, members[channel.id]) for channel in channels], next_after)
 
 
-def _channel_and_user(session: Session, *, account_id: int, channel_id: int, user_id: int) -> None:
-    """Both belong to the account (404 `channel_not_found` / `user_not_found` otherwise)."""
-    if (
-        session.scalar(select(Channel.id).where(Channel.id == channel_id, Channel.account_id == account_id))
-        is None
-    ):
+def _channel_and_user(session: Session, *, account_id: int, channel_id: int, user_id: int) -> tuple[str, str]:
+    """Both belong to the account (404 `channel_not_found` / `user_not_found` otherwise): the channel's
+    name and the user's email, for the audit log."""
+    channel_name = session.scalar(
+        select(Channel.name).where(Channel.id == channel_id, Channel.account_id == account_id)
+    )
+    if channel_name is None:
         raise ChannelNotFound()
-    if session.scalar(select(User.id).where(User.id == user_id, User.account_id == account_id)) is None:
+    email = session.scalar(select(User.email).where(User.id == user_id, User.account_id == account_id))
+    if email is None:
         raise MemberNotFound()
+    return channel_name, email
+
+
+def record_membership(
+    session: Session,
+    by: By,
+    *,
+    account_id: int,
+    channel_id: int,
+    user_id: int,
+    added: bool,
+    channel_name: str,
+    email: str,
+) -> None:
+    """The audit entry of a user added to (or removed from) a channel's inbox."""
+    record_change(
+        session,
+        by,
+        account_id=account_id,
+        action=AuditAction.membership_added if added else AuditAction.membership_removed,
+        target_type="channel",
+        target_id=channel_id,
+        changes={"channel": channel_name, "user_id": user_id, "email": email},
+    )
 
 
 async def add_inbox_member(gateway: Gateway, *, principal: Principal, channel_id: int, user_id: int) -> bool:
@@ -131,12 +160,24 @@ async def add_inbox_member(gateway: Gateway, *, principal: Principal, channel_id
     principal.require_administrator()
 
     def unit(session: Session) -> bool:
-        _channel_and_user(session, account_id=principal.account_id, channel_id=channel_id, user_id=user_id)
+        names = _channel_and_user(
+            session, account_id=principal.account_id, channel_id=channel_id, user_id=user_id
+        )
         member = session.get(ChannelMember, (channel_id, user_id))
         if member is not None:
             return False
         session.add(ChannelMember(channel_id=channel_id, user_id=user_id))
         session.flush()
+        record_membership(
+            session,
+            principal,
+            account_id=principal.account_id,
+            channel_id=channel_id,
+            user_id=user_id,
+            added=True,
+            channel_name=names[0],
+            email=names[1],
+        )
         return True
 
     added: bool = await gateway.db.write(unit)
@@ -152,13 +193,27 @@ async def remove_inbox_member(
     principal.require_administrator()
 
     def unit(session: Session) -> bool:
-        _channel_and_user(session, account_id=principal.account_id, channel_id=channel_id, user_id=user_id)
+        names = _channel_and_user(
+            session, account_id=principal.account_id, channel_id=channel_id, user_id=user_id
+        )
         removed = session.execute(
             delete(ChannelMember).where(
                 ChannelMember.channel_id == channel_id, ChannelMember.user_id == user_id
             )
         )
-        return bool(removed.rowcount)  # type: ignore[attr-defined]
+        if not removed.rowcount:  # type: ignore[attr-defined]
+            return False
+        record_membership(
+            session,
+            principal,
+            account_id=principal.account_id,
+            channel_id=channel_id,
+            user_id=user_id,
+            added=False,
+            channel_name=names[0],
+            email=names[1],
+        )
+        return True
 
     removed: bool = await gateway.db.write(unit)
     gateway.lookups.channels.discard((user_id, principal.account_id, channel_id))
@@ -178,3 +233,52 @@ async def paused_channels(session: AsyncSession, *, principal: Principal) -> lis
         .order_by(Channel.id)
     )
     return list(rows)
+
+
+# --- a channel paused while Meta refuses it, and resumed ------------------------------------------
+
+
+def pause_channel(session: Session, channel_id: int, *, reason: str, at: datetime, by: By = SYSTEM) -> bool:
+    """Mark the channel paused with Meta's reason (the first time only: `paused_at` says since when);
+    True, and an audit entry, when it was not paused yet."""
+    row = session.execute(
+        update(Channel)
+        .where(Channel.id == channel_id, Channel.paused_reason.is_(None))
+        .values(paused_reason=reason[:1000], paused_at=at)
+        .returning(Channel.account_id)
+    ).one_or_none()
+    if row is None:
+        return False
+    record_change(
+        session,
+        by,
+        account_id=row[0],
+        action=AuditAction.channel_paused,
+        target_type="channel",
+        target_id=channel_id,
+        changes={"reason": reason[:500]},
+    )
+    return True
+
+
+def resume_channel(session: Session, channel_id: int, *, by: By = SYSTEM, why: str | None = None) -> bool:
+    """Take the pause off the channel; True, and an audit entry, when it was paused."""
+    row = session.execute(
+        update(Channel)
+        .where(Channel.id == channel_id, Channel.paused_reason.is_not(None))
+        .values(paused_reason=None, paused_at=None)
+        .returning(Channel.account_id)
+    ).one_or_none()
+    if row is None:
+        return False
+    changes = {"why": why} if why else {}
+    record_change(
+        session,
+        by,
+        account_id=row[0],
+        action=AuditAction.channel_resumed,
+        target_type="channel",
+        target_id=channel_id,
+        changes=changes,
+    )
+    return True

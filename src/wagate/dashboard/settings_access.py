@@ -95,7 +95,9 @@ async def create_key(request: Request, gateway: GatewayDep, user: Administrator)
     name = form.get("name", "")
     try:
         owner = _form_id(form, "user_id") if form.get("user_id") else user.principal.user_id
-        issued = await create_api_key(gateway, account_id=user.principal.account_id, user_id=owner, name=name)
+        issued = await create_api_key(
+            gateway, account_id=user.principal.account_id, user_id=owner, name=name, by=user.principal
+        )
     except WagateError as error:
         context = await _keys_context(gateway, user, None)
         return render(
@@ -118,7 +120,7 @@ async def revoke(
 ) -> Response:
     await posted_form(request, user)
     try:
-        await revoke_key(gateway, account_id=user.principal.account_id, key_id=key_id)
+        await revoke_key(gateway, account_id=user.principal.account_id, key_id=key_id, by=user.principal)
     except WagateError as error:
         return error_page(request, error)
     return RedirectResponse("/settings/api-keys?done=revoked", status_code=303)

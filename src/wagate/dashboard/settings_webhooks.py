@@ -329,7 +329,7 @@ async def create_webhook(request: Request, gateway: GatewayDep, user: Admin) -> 
     try:
         body = CreateWebhookRequest.model_validate({"url": url, "events": events})
         created = await service.add_webhook(
-            gateway, account_id=user.principal.account_id, url=body.url, events=body.events
+            gateway, account_id=user.principal.account_id, url=body.url, events=body.events, by=user.principal
         )
     except ValidationError as exc:
         message, field = _refusal(exc)
@@ -411,6 +411,7 @@ async def edit_webhook(
             webhook_id=webhook_id,
             url=body.url,
             events=body.events,
+            by=user.principal,
         )
     except ValidationError as exc:
         message, field = _refusal(exc)
@@ -468,7 +469,11 @@ async def set_enabled(
 
     async def act() -> None:
         await service.change_webhook(
-            gateway, account_id=user.principal.account_id, webhook_id=webhook_id, enabled=enabled
+            gateway,
+            account_id=user.principal.account_id,
+            webhook_id=webhook_id,
+            enabled=enabled,
+            by=user.principal,
         )
 
     return await _action(request, gateway, user, webhook_id, form, "enabled" if enabled else "disabled", act)
@@ -480,7 +485,9 @@ async def delete_webhook(
 ) -> Response:
     form = await posted_form(request, user)
     try:
-        await service.remove_webhook(gateway, account_id=user.principal.account_id, webhook_id=webhook_id)
+        await service.remove_webhook(
+            gateway, account_id=user.principal.account_id, webhook_id=webhook_id, by=user.principal
+        )
     except WagateError as error:
         return error_page(request, error)
     target = _back(form)

@@ -11,6 +11,8 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
+from wagate.accounts.actors import By, record_change
+from wagate.audit.models import SECRET_SET, Actor, AuditAction, Via
 from wagate.db import detached, isoformat, utcnow
 from wagate.deps import Gateway
 from wagate.errors import Conflict, NotFound
@@ -20,6 +22,10 @@ from wagate.events.publish import NewDelivery, webhook_key_prefix, write_deliver
 from wagate.events.signing import SECRET_PREFIX
 from wagate.events.urls import check_url
 from wagate.ids import new_id
+from wagate.security import SecretBox
+
+# Who acts when a caller does not say: the API's webhook endpoints, until they pass their principal.
+UNSAID = Actor(Via.api_key)
 
 
 class WebhookNotFound(NotFound):
@@ -57,6 +63,33 @@ def _webhook(session: Session, *, account_id: int, webhook_id: int) -> Webhook:
     return webhook
 
 
+def new_webhook(
+    session: Session,
+    *,
+    account_id: int,
+    url: str,
+    events: Sequence[str],
+    secret: str,
+    box: SecretBox,
+    by: By,
+) -> Webhook:
+    """Store a webhook, its secret encrypted, and its audit entry (which says a secret was set, never
+    which)."""
+    webhook = repository.create_webhook(
+        session, account_id=account_id, url=url, events=events, secret=secret, box=box
+    )
+    record_change(
+        session,
+        by,
+        account_id=account_id,
+        action=AuditAction.webhook_created,
+        target_type="webhook",
+        target_id=webhook.id,
+        changes={"url": webhook.url, "events": list(webhook.events), "secret": SECRET_SET},
+    )
+    return webhook
+
+
 def update_webhook(
     session: Session,
     *,
@@ -65,13 +98,40 @@ def update_webhook(
     url: str | None = None,
     events: Sequence[str] | None = None,
     enabled: bool | None = None,
+    by: By = UNSAID,
 ) -> Webhook:
+    """Change what is given; each real change is audited (`webhook.updated` with the URL's or the
+    events' before and after, `webhook.enabled` / `webhook.disabled`), a change to the same value not."""
     webhook = _webhook(session, account_id=account_id, webhook_id=webhook_id)
-    if url is not None:
+    changed: dict[str, Any] = {}
+    if url is not None and url != webhook.url:
+        changed["url"] = {"from": webhook.url, "to": url}
         webhook.url = url
-    if events is not None:
+    if events is not None and [str(e) for e in events] != list(webhook.events):
+        changed["events"] = {"from": list(webhook.events), "to": [str(e) for e in events]}
         webhook.events = [str(e) for e in events]
+    if changed:
+        record_change(
+            session,
+            by,
+            account_id=account_id,
+            action=AuditAction.webhook_updated,
+            target_type="webhook",
+            target_id=webhook.id,
+            changes=changed,
+        )
     if enabled is not None and enabled != webhook.enabled:
+        record_change(
+            session,
+            by,
+            account_id=account_id,
+            action=AuditAction.webhook_enabled if enabled else AuditAction.webhook_disabled,
+            target_type="webhook",
+            target_id=webhook.id,
+            changes={"url": webhook.url, "previous_reason": webhook.disabled_reason}
+            if enabled
+            else {"url": webhook.url},
+        )
         webhook.enabled = enabled
         # Enabled again: a fresh start. Disabled by hand: say so, in place of any earlier reason.
         webhook.disabled_reason = None if enabled else "Disabled by an administrator."
@@ -138,20 +198,21 @@ async def callback_deliveries(
 
 
 async def add_webhook(
-    gateway: Gateway, *, account_id: int, url: str, events: Sequence[str]
+    gateway: Gateway, *, account_id: int, url: str, events: Sequence[str], by: By = UNSAID
 ) -> CreatedWebhook:
     checked = await check_url(url, allow_private=gateway.settings.allow_private_urls)
     secret = new_secret()
     webhook: Webhook = await gateway.db.write(
         lambda session: detached(
             session,
-            repository.create_webhook(
+            new_webhook(
                 session,
                 account_id=account_id,
                 url=checked,
                 events=events,
                 secret=secret,
                 box=gateway.secret_box,
+                by=by,
             ),
         )
     )
@@ -167,6 +228,7 @@ async def change_webhook(
     url: str | None = None,
     events: Sequence[str] | None = None,
     enabled: bool | None = None,
+    by: By = UNSAID,
 ) -> Webhook:
     checked = None if url is None else await check_url(url, allow_private=gateway.settings.allow_private_urls)
     webhook: Webhook = await gateway.db.write(
@@ -179,6 +241,7 @@ async def change_webhook(
                 url=checked,
                 events=events,
                 enabled=enabled,
+                by=by,
             ),
         )
     )
@@ -186,9 +249,19 @@ async def change_webhook(
     return webhook
 
 
-async def remove_webhook(gateway: Gateway, *, account_id: int, webhook_id: int) -> None:
+async def remove_webhook(gateway: Gateway, *, account_id: int, webhook_id: int, by: By = UNSAID) -> None:
     def unit(session: Session) -> None:
-        session.delete(_webhook(session, account_id=account_id, webhook_id=webhook_id))
+        webhook = _webhook(session, account_id=account_id, webhook_id=webhook_id)
+        record_change(
+            session,
+            by,
+            account_id=account_id,
+            action=AuditAction.webhook_deleted,
+            target_type="webhook",
+            target_id=webhook.id,
+            changes={"url": webhook.url, "events": list(webhook.events)},
+        )
+        session.delete(webhook)
 
     await gateway.db.write(unit)
     gateway.lookups.forget_subscriptions()
