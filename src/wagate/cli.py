@@ -17,6 +17,11 @@ from wagate.config import Settings, get_settings
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="wagate: outbound WhatsApp gateway.")
 templates_app = typer.Typer(no_args_is_help=True, help="Message templates.")
 app.add_typer(templates_app, name="templates")
+secrets_app = typer.Typer(
+    no_args_is_help=True,
+    help="The keys that encrypt channel tokens and webhook/callback secrets at rest (docs/operations.md).",
+)
+app.add_typer(secrets_app, name="secrets")
 
 
 def _logging(settings: Settings) -> None:
@@ -127,6 +132,48 @@ def dead_letters(
     _logging(settings)
     for letter in asyncio.run(read_dead_letters(settings.database_url, limit=limit, before=before)):
         typer.echo(json.dumps(letter, ensure_ascii=False))
+
+
+@secrets_app.command("new-key")
+def secrets_new_key() -> None:
+    """Print a new secret key (Fernet), to put first in WAGATE_SECRET_KEY before `secrets rotate`."""
+    from wagate.security import new_secret_key
+
+    typer.echo(new_secret_key())
+
+
+@secrets_app.command("rotate")
+def secrets_rotate(
+    batch_size: Annotated[int, typer.Option(min=1, max=10_000, help="Rows per transaction.")] = 500,
+) -> None:
+    """Encrypt every stored token and secret again with the first key of WAGATE_SECRET_KEY (or of the key
+    file); safe while the gateway runs, and a second run changes nothing. Prints the counts as JSON;
+    exits 1 when rows are left under a key no longer first (unreadable, or changing all the time)."""
+    from wagate.db import Database
+    from wagate.rotation import rotate_secrets
+    from wagate.security import SecretKeyError, secret_box_for
+
+    settings = get_settings()
+    _logging(settings)
+    try:
+        box = secret_box_for(settings)
+    except SecretKeyError as exc:
+        typer.echo(f"WAGATE_SECRET_KEY: {exc}", err=True)
+        raise typer.Exit(2) from exc
+
+    async def run() -> dict[str, Any]:
+        db = Database(settings.database_url, pool_size=2)
+        try:
+            return (await rotate_secrets(db, box, batch_size=batch_size)).as_dict()
+        finally:
+            await db.dispose()
+
+    result = asyncio.run(run())
+    typer.echo(json.dumps(result, indent=2))
+    if box.key_count == 1:
+        typer.echo("Only one key is configured: put the new key first, the old one after it.", err=True)
+    if result["left_behind"]:
+        raise typer.Exit(1)
 
 
 @app.command()
