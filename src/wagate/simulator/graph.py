@@ -123,6 +123,7 @@ def build_graph_router(state: SimulatorState, sender: WebhookSender) -> APIRoute
             if state.over_rate_limit(phone_number_id, mono):
                 raise rate_limit_hit()
         except GraphError as error:
+            state.refusals[error.code] = state.refusals.get(error.code, 0) + 1
             return error_response(error)
 
         template = valid.template

@@ -184,6 +184,8 @@ class SimulatorState:
         # ``answer_wamid_next``: recipient digits (or user id) -> the wamid its next send is answered with.
         self.wamid_next: dict[str, str] = {}
         self.counters = WebhookCounters()
+        # Sends answered with a Meta error, by its code (130429 for the rate limit, 131000 for a 5xx).
+        self.refusals: dict[int, int] = {}
         self.customers = CustomerBook()
         # (phone number id, customer user id) -> Unix time of the customer's last message: their
         # 24-hour window, in which Meta does not charge utility templates.
@@ -203,6 +205,7 @@ class SimulatorState:
         self.statuses_sent.clear()
         self.wamid_next.clear()
         self.counters = WebhookCounters()
+        self.refusals.clear()
         self.customers.clear()  # usernames go; the numbers keep their derived user ids
         self.last_inbound.clear()
 
@@ -284,7 +287,7 @@ class SimulatorState:
                 "per_second": per_second,
                 "max_in_any_1s_window": max_in_window([e.received_monotonic for e in entries]),
             }
-        return {"phone_number_ids": per_channel}
+        return {"phone_number_ids": per_channel, "refused": {str(k): v for k, v in self.refusals.items()}}
 
 
 def max_in_window(times: list[float], window: float = RATE_WINDOW_SECONDS) -> int:
