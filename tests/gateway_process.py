@@ -112,28 +112,37 @@ def provisioned(
     return provision(database_url, simulator, tmp_path_factory.mktemp("crash"))
 
 
-class GatewayProcess:
-    """`wagate serve` as a child process (the python process itself, no shell in between)."""
+class ManagedProcess:
+    """A `wagate` command as a child process (the python process itself, no shell in between).
 
-    def __init__(self, env: dict[str, str], port: int, log_dir: Path) -> None:
+    Each start writes a log of its own (`<name>-<n>.log` in `log_dir`); `kill` is SIGKILL.
+    """
+
+    def __init__(self, env: dict[str, str], log_dir: Path, *, name: str) -> None:
         self.env = env
-        self.port = port
-        self.url = f"http://127.0.0.1:{port}"
         self.log_dir = log_dir
+        self.name = name
         self.proc: subprocess.Popen[bytes] | None = None
         self.runs = 0
-        self.start_seconds = 0.0  # how long the last start took, until /healthz answered
+        self.kills = 0
+        self.start_seconds = 0.0  # how long the last start took, until it was ready
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def wait_ready(self, proc: subprocess.Popen[bytes], timeout: float) -> None:
+        raise NotImplementedError
 
     def pid(self) -> int | None:
         return self.proc.pid if self.proc is not None and self.proc.poll() is None else None
 
     @property
     def log_path(self) -> Path:
-        return self.log_dir / f"gateway-{self.runs}.log"
+        return self.log_dir / f"{self.name}-{self.runs}.log"
 
-    def logs(self) -> str:
+    def logs(self, lines: int = 60) -> str:
         return "\n".join(
-            f"--- gateway run {n} (last lines) ---\n{tail(self.log_dir / f'gateway-{n}.log')}"
+            f"--- {self.name} run {n} (last lines) ---\n{tail(self.log_dir / f'{self.name}-{n}.log', lines)}"
             for n in range(1, self.runs + 1)
         )
 
@@ -143,24 +152,25 @@ class GatewayProcess:
         began = time.monotonic()
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
-                [str(WAGATE), "serve", "--host", "127.0.0.1", "--port", str(self.port)],
+                [str(WAGATE), *self.command()],
                 env=self.env,
                 cwd=self.log_dir,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-        wait_ready(self.proc, f"{self.url}/healthz", timeout, self.logs)
+        self.wait_ready(self.proc, timeout)
         self.start_seconds = time.monotonic() - began
 
     def kill(self) -> None:
         """SIGKILL: no shutdown code runs, whatever the process was doing is cut off where it stood."""
-        assert self.proc is not None and self.pid() is not None, "the gateway died before the kill"
+        assert self.proc is not None and self.pid() is not None, f"{self.name} died before the kill"
         # The entry point is a python script run directly, so this pid is the interpreter itself.
         cmdline = Path(f"/proc/{self.proc.pid}/cmdline").read_bytes().split(b"\0")
         assert any(b"python" in part for part in cmdline[:1]), cmdline
         os.kill(self.proc.pid, signal.SIGKILL)
         self.proc.wait(timeout=10)
+        self.kills += 1
 
     def stop(self) -> None:
         if self.proc is None or self.pid() is None:
@@ -171,6 +181,49 @@ class GatewayProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(timeout=10)
+
+
+class GatewayProcess(ManagedProcess):
+    """`wagate serve` (with `args`, e.g. `--no-dispatcher`); ready when /healthz answers."""
+
+    def __init__(
+        self,
+        env: dict[str, str],
+        port: int,
+        log_dir: Path,
+        *,
+        args: tuple[str, ...] = (),
+        name: str = "gateway",
+    ) -> None:
+        super().__init__(env, log_dir, name=name)
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.args = args
+
+    def command(self) -> list[str]:
+        return ["serve", "--host", "127.0.0.1", "--port", str(self.port), *self.args]
+
+    def wait_ready(self, proc: subprocess.Popen[bytes], timeout: float) -> None:
+        wait_ready(proc, f"{self.url}/healthz", timeout, self.logs)
+
+
+class WorkerProcess(ManagedProcess):
+    """`wagate worker`: the dispatcher alone. It serves nothing, so "ready" is: still alive after
+    `settle` seconds (its imports done and its dispatcher started)."""
+
+    def __init__(
+        self, env: dict[str, str], log_dir: Path, *, name: str = "worker", settle: float = 0.5
+    ) -> None:
+        super().__init__(env, log_dir, name=name)
+        self.settle = settle
+
+    def command(self) -> list[str]:
+        return ["worker"]
+
+    def wait_ready(self, proc: subprocess.Popen[bytes], timeout: float) -> None:
+        time.sleep(self.settle)
+        if proc.poll() is not None:
+            raise AssertionError(f"{proc.args} exited with {proc.returncode}\n{self.logs()}")
 
 
 def wait_ready(proc: subprocess.Popen[bytes], url: str, timeout: float, logs: Callable[[], str]) -> None:
