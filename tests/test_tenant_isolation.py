@@ -523,6 +523,7 @@ class Walk:
     counts: Counter[str]
     seen: set[str] = field(default_factory=set)  # markers this walker was shown (the control's)
     covered: set[tuple[str, str]] = field(default_factory=set)
+    statuses: Counter[int] = field(default_factory=Counter)
 
     @property
     def forbidden(self) -> dict[str, tuple[str, str]]:
@@ -558,6 +559,49 @@ class Walk:
                         f" HTTP {answer.status_code}"
                     )
 
+    @property
+    def probes(self) -> bool:
+        """Whether the walker is of another account: then A's ids must answer as unknown ones do."""
+        return self.actor.account != "acme"
+
+    def twin_value(self, value: str, kinds: Iterable[str]) -> str:
+        """An id, number or key of the same shape as `value` that nobody has, when `value` is A's
+        (one of A's values of these kinds); `value` itself otherwise."""
+        if not any(value in self.foreign(kind) for kind in kinds):
+            return value
+        if value.isdigit():
+            return "987654"
+        if value.startswith("+"):
+            return "+994559999999"
+        if "Z_" in value:
+            return value.rsplit("_", 1)[0] + "_987654"
+        return value[:-6] + "zzzzzz"
+
+    def twin(self, values: dict[str, str]) -> dict[str, str]:
+        return {kind: self.twin_value(value, [kind]) for kind, value in values.items()}
+
+    def twin_query(self, query: dict[str, str]) -> dict[str, str]:
+        return {q: self.twin_value(v, QUERY_KINDS.get(q, ())) for q, v in query.items()}
+
+    def compare(self, where: str, answer: httpx.Response, twin: httpx.Response | None, *, api: bool) -> None:
+        """A's id and an unknown one get the same answer: no one can tell which of A's ids exist."""
+        if twin is None:
+            return
+
+        def shape(response: httpx.Response) -> tuple[int, str]:
+            if not api or response.status_code < 400:
+                return response.status_code, ""
+            try:
+                return response.status_code, str(response.json()["error"]["code"])
+            except (ValueError, KeyError, TypeError):
+                return response.status_code, "?"
+
+        if shape(answer) != shape(twin):
+            self.failures.append(
+                f"PROBE {where}: {self.actor.name} tells A's ids from unknown ones: {shape(answer)} for A's,"
+                f" {shape(twin)} for {twin.request.method} {twin.request.url}"
+            )
+
     def refused(self, where: str, answer: httpx.Response, *, api: bool) -> bool:
         """Whether the answer is a refusal a foreign object may get; a failure is noted otherwise."""
         if answer.status_code not in REFUSALS:
@@ -585,7 +629,9 @@ def call(walk: Walk, client: httpx.Client, method: str, url: str, **kwargs: Any)
     """One request of the walk, counted; a broken connection (the app died on it) is a failure."""
     walk.counts[walk.actor.name] += 1
     try:
-        return client.request(method, url, **kwargs)
+        answer = client.request(method, url, **kwargs)
+        walk.statuses[answer.status_code] += 1
+        return answer
     except httpx.TransportError as exc:
         walk.failures.append(
             f"BROKEN {method} {url} {kwargs.get('params') or ''}: {walk.actor.name}: {exc!r}"
@@ -747,6 +793,22 @@ def walk_api(walk: Walk, spec: dict[str, Any], receiver_url: str) -> None:
                         sent = f"{url}?{urlencode(query)} {json.dumps(body)} {extra}"
                         where = f"API {name} {method} {url}?{urlencode(query)} body={json.dumps(body)}"
                         judge(walk, where, answer, sent, method, foreign, query_foreign or idem_foreign, True)
+                        if walk.probes and (foreign or query_foreign):
+                            unknown = walk.twin({**values, **body_values})
+                            twin_url = gateway.url + path
+                            for p, kind in zip(path_names, kinds, strict=True):
+                                twin_url = twin_url.replace("{" + p + "}", unknown[kind])
+                            twin_body = expand(body_template, unknown) if body_template is not None else None
+                            twin = call(
+                                walk,
+                                http,
+                                method,
+                                twin_url,
+                                params=walk.twin_query(query),
+                                json=twin_body,
+                                headers={**headers, **extra},
+                            )
+                            walk.compare(where, answer, twin, api=True)
 
 
 def body_fillings(body_template: Any, walk: Walk, receiver_url: str) -> Iterator[tuple[dict[str, str], bool]]:
@@ -922,6 +984,17 @@ def walk_dashboard(walk: Walk, routes: list[PageRoute], client: httpx.Client, re
                         query_foreign,
                         False,
                     )
+                    if walk.probes and (path_foreign or query_foreign):
+                        twin_path = fill(route.path, path_names, kinds, walk.twin(values))
+                        twin = call(
+                            walk,
+                            client,
+                            "GET",
+                            twin_path,
+                            params=walk.twin_query(query),
+                            headers={"sec-fetch-dest": "document"},
+                        )
+                        walk.compare(where, answer, twin, api=False)
             continue
         forms = FORMS.get(route.path)
         if forms is None:
@@ -944,6 +1017,19 @@ def walk_dashboard(walk: Walk, routes: list[PageRoute], client: httpx.Client, re
                     continue
                 where = f"FORM POST {path} {data}"
                 judge(walk, where, answer, f"{path} {urlencode(data)}", "POST", foreign, False, False)
+                if walk.probes and foreign:
+                    unknown = walk.twin(values)
+                    twin_data = {
+                        k: str(v) for k, v in expand(form, {**unknown, "receiver": receiver_url}).items()
+                    }
+                    twin = call(
+                        walk,
+                        client,
+                        "POST",
+                        fill(route.path, path_names, kinds, unknown),
+                        data={**twin_data, "csrf_token": token},
+                    )
+                    walk.compare(where, answer, twin, api=False)
                 if answer.status_code == 403 and "security token" in answer.text:
                     walk.failures.append(
                         f"CSRF {where}: refused for its token, not for A's object: fix the walk"
@@ -1065,6 +1151,9 @@ def test_no_walker_finds_or_touches_the_first_accounts_data(
             failures.append(f"CHANGED A's {table} after the walk: before {gone} after {new}")
     assert not failures, f"[{backend}] {len(failures)} isolation failures:\n" + "\n".join(failures[:60])
     print(f"\n[{backend}] requests per walker: {dict(counts)}")
+    for walk in walks:
+        print(f"[{backend}] {walk.actor.name}: answers by status {dict(sorted(walk.statuses.items()))}")
+    print(f"[{backend}] walked: {sorted(wanted_api | wanted_pages)}")
 
 
 def walk_api_control(walk: Walk, spec: dict[str, Any]) -> None:
