@@ -1062,19 +1062,76 @@ def fill(path: str, names: list[str], kinds: list[str], values: dict[str, str]) 
 # --- the live stream ---------------------------------------------------------------------------------
 
 
-def read_live(client: httpx.Client, seconds: float, started: threading.Event) -> str:
-    """What `/live` sends within `seconds` (a bounded read of an endless stream)."""
-    text = ""
+def read_live(client: httpx.Client, seconds: float, ready: threading.Event, out: list[str]) -> None:
+    """What `/live` sends within `seconds` of opening (a bounded read of an endless stream)."""
     deadline = time.monotonic() + seconds
-    with client.stream("GET", "/live", timeout=seconds + 5) as stream:
-        for chunk in stream.iter_text():
-            text += chunk
-            if "ready" in text:
-                started.set()
-            if time.monotonic() > deadline:
-                break
-    started.set()
-    return text
+    try:
+        with client.stream("GET", "/live", timeout=httpx.Timeout(10, read=seconds)) as stream:
+            for chunk in stream.iter_text():
+                out.append(chunk)
+                if "event: ready" in "".join(out):
+                    ready.set()
+                if time.monotonic() > deadline:
+                    break
+    except httpx.ReadTimeout:
+        pass  # nothing more within `seconds`: the read is over
+    finally:
+        ready.set()
+
+
+def live_changes(text: str) -> list[dict[str, Any]]:
+    """The `change` events of a server-sent event stream, parsed."""
+    changes = []
+    for block in text.replace("\r\n", "\n").split("\n\n"):
+        lines = block.strip().splitlines()
+        if "event: change" in lines:
+            data = "".join(line.removeprefix("data:").strip() for line in lines if line.startswith("data:"))
+            changes.append(json.loads(data))
+    return changes
+
+
+def walk_live(
+    gateway: Gateway, a: AccountA, walks: list[Walk], sessions: dict[str, httpx.Client]
+) -> dict[str, list[dict[str, Any]]]:
+    """Every walker (and the control) listens on `/live` while A's customers write to both inboxes;
+    each hears only its own inboxes' conversations and is shown no marker it may not see."""
+    outs: dict[str, list[str]] = {w.actor.name: [] for w in walks}
+    readies = {w.actor.name: threading.Event() for w in walks}
+    threads = [
+        threading.Thread(
+            target=read_live,
+            args=(sessions[w.actor.name], 6.0, readies[w.actor.name], outs[w.actor.name]),
+            daemon=True,
+        )
+        for w in walks
+    ]
+    for thread in threads:
+        thread.start()
+    for name, ready in readies.items():
+        assert ready.wait(10), f"{name}'s live stream opened"
+    tag = secrets.token_hex(3)
+    for scope, channel in (("main", MAIN), ("second", SECOND)):
+        writer = a.values("number", [scope])[0]
+        text = a.mark(f"isoa{scope}{tag}-live-text", scope, f"{scope}'s customer message while streaming")
+        gateway.sim.inbound(channel["phone_number_id"], writer, text)
+    for thread in threads:
+        thread.join(15)
+    heard: dict[str, list[dict[str, Any]]] = {}
+    for walk in walks:
+        text = "".join(outs[walk.actor.name])
+        walk.counts[walk.actor.name] += 1
+        walk.covered.add(("GET", "/live"))
+        changes = live_changes(text)
+        heard[walk.actor.name] = changes
+        for change in changes:
+            conversation = str(change.get("conversation_id"))
+            channel = str(change.get("channel_id"))
+            if conversation in walk.foreign("conversation") or channel in walk.foreign("channel"):
+                walk.failures.append(f"LEAK GET /live: {walk.actor.name} heard of A's conversation: {change}")
+        for marker, (scope, what) in a.markers.items():
+            if marker in text and scope in walk.actor.forbidden_scopes:
+                walk.failures.append(f"LEAK GET /live: {walk.actor.name} was shown {what} ({marker!r})")
+    return heard
 
 
 # --- the test ----------------------------------------------------------------------------------------
@@ -1121,34 +1178,48 @@ def test_no_walker_finds_or_touches_the_first_accounts_data(
     before = settle(gateway)
     assert before["messages"] and before["simulator"] and before["delivery_attempts"], "A's data is there"
     failures: list[str] = []
-    walks = []
-    for actor in ACTORS:
-        walk = Walk(actor, a, gateway, failures, counts)
-        walk_api(walk, spec, receiver.url("").rstrip("/"))
-        client = session_of(gateway, actor)
-        try:
-            walk_dashboard(walk, routes, client, receiver.url("").rstrip("/"))
-        finally:
+    walks = [Walk(actor, a, gateway, failures, counts) for actor in ACTORS]
+    sessions = {actor.name: session_of(gateway, actor) for actor in ACTORS}
+    sessions[CONTROL.name] = admin
+    try:
+        for walk in walks:
+            walk_api(walk, spec, receiver.url("").rstrip("/"))
+            walk_dashboard(walk, routes, sessions[walk.actor.name], receiver.url("").rstrip("/"))
+        after = settle(gateway)
+        for table in before:
+            if before[table] != after[table]:
+                gone = sorted(set(before[table]) - set(after[table]))[:3]
+                new = sorted(set(after[table]) - set(before[table]))[:3]
+                failures.append(f"CHANGED A's {table} after the walk: before {gone} after {new}")
+        # Last, as it adds to A's data: the live stream, while A's customers write.
+        control.failures = failures
+        heard = walk_live(gateway, a, [*walks, control], sessions)
+    finally:
+        for client in sessions.values():
             client.close()
-        walks.append(walk)
+
+    # The walk reached what each may see: the control heard both inboxes, each agent its own, and
+    # each agent was shown data of its own inbox.
+    for walk in [*walks, control]:
+        if walk.actor.account != "acme":
+            continue
+        for scope in walk.actor.own_channels:
+            heard_own = {str(c.get("channel_id")) for c in heard[walk.actor.name]}
+            assert str(gateway.ids[scope]) in heard_own, (
+                f"[{backend}] {walk.actor.name} heard its inbox {scope}"
+            )
+            own = {m for m, v in a.markers.items() if v[0] == scope}
+            assert own & walk.seen, f"[{backend}] {walk.actor.name} was shown its own inbox's data"
 
     # Coverage: every operation and every route, walked by every walker.
     wanted_api = {("API", op.get("operationId", f"{m} {p}")) for m, p, op in operations(spec)}
-    wanted_pages = {
-        (r.method, r.path) for r in routes if (r.method, r.path) not in NOT_WALKED and r.path != "/live"
-    }
+    wanted_pages = {(r.method, r.path) for r in routes if (r.method, r.path) not in NOT_WALKED}
     for walk in walks:
         missing = (wanted_api | wanted_pages) - walk.covered
         assert not missing, f"[{backend}] {walk.actor.name} did not walk {sorted(missing)}"
     stale = set(NOT_WALKED) - {(r.method, r.path) for r in routes}
     assert not stale, f"NOT_WALKED names routes the app no longer has: {stale}"
 
-    after = settle(gateway)
-    for table in before:
-        if before[table] != after[table]:
-            gone = sorted(set(before[table]) - set(after[table]))[:3]
-            new = sorted(set(after[table]) - set(before[table]))[:3]
-            failures.append(f"CHANGED A's {table} after the walk: before {gone} after {new}")
     assert not failures, f"[{backend}] {len(failures)} isolation failures:\n" + "\n".join(failures[:60])
     print(f"\n[{backend}] requests per walker: {dict(counts)}")
     for walk in walks:
