@@ -1,4 +1,5 @@
-"""Settings for administrators (issue 12, point 2): API keys, inboxes and their members, templates.
+"""Settings for administrators (issue 12, point 2): API keys, inboxes and their members, templates,
+and the audit log of their changes (issue 14, point 6).
 
 Each page calls the services the API and the CLI use (wagate.accounts.service, wagate.channels.service,
 wagate.templates.service) with the signed-in administrator; agents get the 403 page. The route names and
@@ -19,6 +20,8 @@ from wagate.accounts.service import (
     create_api_key,
     revoke_key,
 )
+from wagate.audit.models import AuditAction
+from wagate.audit.service import audit_page, parse_action
 from wagate.channels.service import (
     account_channels,
     account_inboxes,
@@ -36,6 +39,7 @@ Administrator = Annotated[SessionUser, Depends(current_administrator)]
 Cursor = Annotated[int | None, Query(ge=1, le=2**63 - 1)]
 
 KEYS_PER_PAGE = 50
+AUDIT_ENTRIES_PER_PAGE = 50
 INBOXES_PER_PAGE = 20
 TEMPLATES_PER_PAGE = 50
 # The channels a templates page lists (with their sync) and offers as a filter.
@@ -246,3 +250,44 @@ async def sync_templates(request: Request, gateway: GatewayDep, user: Administra
     back = form.get("back_channel", "")
     where = f"channel={back}&" if back.isdigit() else ""
     return RedirectResponse(f"/settings/templates?{where}done={done}", status_code=303)
+
+
+# --- the audit log ------------------------------------------------------------------------------------
+
+# The filter's choices, by area; the values are the API's `action`.
+AUDIT_ACTIONS: dict[str, list[str]] = {}
+for _action in AuditAction:
+    AUDIT_ACTIONS.setdefault(_action.value.split(".")[0].replace("_", " ").capitalize(), []).append(
+        _action.value
+    )
+
+
+@router.get("/settings/audit")
+async def audit_log(
+    request: Request,
+    gateway: GatewayDep,
+    user: Administrator,
+    before: Cursor = None,
+    action: Annotated[str | None, Query(max_length=60)] = None,
+) -> HTMLResponse:
+    """Who changed what, newest first, `AUDIT_ENTRIES_PER_PAGE` at a time (the API's list_audit_log)."""
+    try:
+        chosen = parse_action(action)
+        async with gateway.db.read() as session:
+            page = await audit_page(
+                session,
+                account_id=user.principal.account_id,
+                before=before,
+                action=chosen,
+                limit=AUDIT_ENTRIES_PER_PAGE,
+            )
+    except WagateError as error:
+        return error_page(request, error)
+    return render(
+        request,
+        "settings_audit.html",
+        page=page,
+        action=chosen.value if chosen else "",
+        actions=AUDIT_ACTIONS,
+        before=before,
+    )
