@@ -748,6 +748,7 @@ def walk_api(walk: Walk, spec: dict[str, Any], receiver_url: str) -> None:
         if has_body and not bodies:
             walk.failures.append(f"WALK {name}: a body without a BODIES entry or an OpenAPI example")
             continue
+        idem_keys = list(walk.foreign("idempotency_key"))
         # Paths: A's object ids (refused), and the walker's own account with no object (its own lists).
         fillings: list[tuple[dict[str, str], bool]] = list(combinations(kinds, walk, with_own=set()))
         if kinds == ["account"]:
@@ -781,8 +782,9 @@ def walk_api(walk: Walk, spec: dict[str, Any], receiver_url: str) -> None:
                         body = expand(body_template, body_values) if body_template is not None else None
                         extra = {}
                         idem_foreign = False
-                        if "idempotency-key" in header_names and walk.foreign("idempotency_key"):
-                            extra["Idempotency-Key"] = walk.foreign("idempotency_key")[0]
+                        if idem_keys and "idempotency-key" in header_names:
+                            # A's idempotency keys, one request each (the key is the caller's scope).
+                            extra["Idempotency-Key"] = idem_keys.pop()
                             idem_foreign = True
                         foreign = path_foreign or body_foreign
                         answer = call(
@@ -793,6 +795,13 @@ def walk_api(walk: Walk, spec: dict[str, Any], receiver_url: str) -> None:
                         sent = f"{url}?{urlencode(query)} {json.dumps(body)} {extra}"
                         where = f"API {name} {method} {url}?{urlencode(query)} body={json.dumps(body)}"
                         judge(walk, where, answer, sent, method, foreign, query_foreign or idem_foreign, True)
+                        if name == "check_window" and answer.status_code == 200:
+                            # The walk asks only about A's customers: none wrote to the walker's inboxes.
+                            window = answer.json()
+                            if window["open"] or window["last_customer_message_at"] is not None:
+                                walk.failures.append(
+                                    f"LEAK {where}: {walk.actor.name} sees A's window: {window}"
+                                )
                         if walk.probes and (foreign or query_foreign):
                             unknown = walk.twin({**values, **body_values})
                             twin_url = gateway.url + path
@@ -809,6 +818,44 @@ def walk_api(walk: Walk, spec: dict[str, Any], receiver_url: str) -> None:
                                 headers={**headers, **extra},
                             )
                             walk.compare(where, answer, twin, api=True)
+
+
+def walk_customers(walk: Walk) -> None:
+    """A's customers as seen from the walker's own inbox: a number that wrote only to A has no open
+    window there, and A's business-scoped user ids name no one in the walker's account (a dry run
+    tells, storing nothing)."""
+    http, gateway = walk.gateway.http, walk.gateway
+    url = f"{gateway.url}/v1/accounts/{walk.own('account')[0]}/whatsapp/messages"
+    headers = {"Authorization": f"Bearer {walk.actor.token}"}
+    channel = int(walk.own("channel")[0])
+    bodies = [
+        {"channel_id": channel, "phone_number": number, "text": "isob-walk text"}
+        for number in walk.foreign("number")[:3]
+    ]
+    bodies += [
+        {
+            "channel_id": channel,
+            "user_id": user_id,
+            "template": {"name": "order_update", "language": "en", "parameters": ["isob-1", "shipped"]},
+        }
+        for user_id in walk.foreign("user_id_bsuid")
+        # Within one account a user id names the account's customer whatever inbox learnt it (contacts
+        # are the account's, API.md section 13), so an agent who knows one learns its number: not
+        # walked for A's agents (docs/security.md, "what the walk found").
+        if walk.probes
+    ]
+    for body in bodies:
+        answer = call(walk, http, "POST", url, params={"dry_run": "true"}, json=body, headers=headers)
+        if answer is None:
+            continue
+        where = f"API send_message (dry run) POST {url}?dry_run=true body={json.dumps(body)}"
+        judge(walk, where, answer, json.dumps(body), "GET", False, True, True)
+        if "text" in body and answer.status_code != 422:
+            walk.failures.append(
+                f"LEAK {where}: {walk.actor.name} may write to A's customer: HTTP {answer.status_code}"
+            )
+        if answer.status_code == 200 and answer.json().get("window", {}).get("open"):
+            walk.failures.append(f"LEAK {where}: {walk.actor.name} sees A's customer's window open")
 
 
 def body_fillings(body_template: Any, walk: Walk, receiver_url: str) -> Iterator[tuple[dict[str, str], bool]]:
@@ -1184,6 +1231,7 @@ def test_no_walker_finds_or_touches_the_first_accounts_data(
     try:
         for walk in walks:
             walk_api(walk, spec, receiver.url("").rstrip("/"))
+            walk_customers(walk)
             walk_dashboard(walk, routes, sessions[walk.actor.name], receiver.url("").rstrip("/"))
         after = settle(gateway)
         for table in before:
@@ -1269,3 +1317,55 @@ def walk_dashboard_control(walk: Walk, routes: list[PageRoute], client: httpx.Cl
             if answer is None:
                 continue
             judge(walk, f"PAGE GET {path}", answer, "", "GET", False, False, False)
+
+
+def test_the_walk_names_the_route_the_user_and_the_marker_of_a_leak() -> None:
+    """The walk's judgement on answers made up here: a leak, an accepted request about A's object,
+    a refusal that tells A's ids from unknown ones, each named by route, user and marker."""
+    a = AccountA()
+    marker = a.mark("isoa-main-secret-text", "main", "main's reply text")
+    a.add("message", "main", "msg_01aaaaaaaaaaaaaaaaaaaaaaaa")
+    gateway = Gateway("http://127.0.0.1:1", httpx.Client(), None, "", {"acme": 1, "globex": 2})  # type: ignore[arg-type]
+    failures: list[str] = []
+    walk = Walk(ACTORS[0], a, gateway, failures, Counter())
+    request = httpx.Request("GET", "http://127.0.0.1:1/v1/accounts/2/whatsapp/messages")
+
+    def answer(status: int, body: Any) -> httpx.Response:
+        return httpx.Response(status, json=body, request=request)
+
+    judge(
+        walk,
+        "API list_messages GET /x",
+        answer(200, {"data": [{"text": marker}]}),
+        "",
+        "GET",
+        False,
+        True,
+        True,
+    )
+    assert failures == [
+        f"LEAK API list_messages GET /x: B's administrator was shown main's reply text ({marker!r}), HTTP 200"
+    ]
+    judge(walk, "API get_message GET /y", answer(200, {"id": "msg_x"}), "", "GET", True, False, True)
+    assert failures[-1].startswith("NOT REFUSED API get_message GET /y: B's administrator got HTTP 200")
+    refused = {"error": {"code": "message_not_found", "message": "No such message.", "details": []}}
+    judge(walk, "API get_message GET /z", answer(404, refused), "", "GET", True, False, True)
+    assert len(failures) == 2, "a 404 with the contract's body is the refusal expected"
+    walk.compare(
+        "API get_message GET /z",
+        answer(404, refused),
+        answer(403, {"error": {"code": "forbidden"}}),
+        api=True,
+    )
+    assert failures[-1].startswith("PROBE API get_message GET /z: B's administrator tells A's ids")
+    judge(
+        walk,
+        "API list_messages GET /w",
+        answer(200, {"data": [{"channel_id": 9}]}),
+        marker,
+        "GET",
+        False,
+        True,
+        True,
+    )
+    assert len(failures) == 3, "a marker the request itself carried is no leak"
