@@ -137,6 +137,10 @@ def main() -> None:
                 shoot(page, f"{url}/settings/integrations/webhooks", "settings-webhooks", out)
                 shoot(page, f"{url}/settings/api-keys", "settings-api-keys", out)
                 shoot(page, f"{url}/settings/inboxes", "settings-inboxes", out)
+                page.goto(f"{url}/settings/api-keys")  # a change of the dashboard's own, for the audit log
+                page.get_by_label("Name").fill("zapier")
+                page.get_by_role("button", name="Create API key").click()
+                shoot(page, f"{url}/settings/audit", "settings-audit", out)
                 page.goto(f"{url}/bulk/new")
                 page.get_by_label("Template", exact=True).select_option(value="order_update|en")
                 page.get_by_label("Phone numbers").fill(
