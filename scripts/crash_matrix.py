@@ -53,6 +53,12 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=400, help="recipients of the run's batch")
     parser.add_argument("--rate", type=float, default=80.0, help="single sends offered per second")
     parser.add_argument("--channel-rate", type=int, default=100, help="the channel's messages_per_second")
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=360.0,
+        help="seconds a run may take to settle (a claim of a killed process can hold work for its lease)",
+    )
     parser.add_argument("--work", type=Path, default=None, help="directory for databases and logs")
     parser.add_argument("--report", type=Path, default=None, help="write the results as JSON here")
     args = parser.parse_args()
@@ -69,7 +75,11 @@ def main() -> int:
     machine = f"{platform.node()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f} at the start"
     print(f"crash matrix: seed {seed}, commit {commit}, {started.isoformat()}, {machine}", flush=True)
     spec = engine.RunSpec(
-        messages=args.messages, batch=args.batch, single_rate=args.rate, channel_rate=args.channel_rate
+        messages=args.messages,
+        batch=args.batch,
+        single_rate=args.rate,
+        channel_rate=args.channel_rate,
+        settle_timeout=args.settle,
     )
     work = args.work or Path(tempfile.mkdtemp(prefix="crash-matrix-"))
     print(f"logs and databases in {work}", flush=True)
