@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -373,3 +374,18 @@ def test_a_row_changed_during_the_rotation_is_not_overwritten(database_url: str)
     stored = dict(sql(database_url, "SELECT id, access_token_encrypted FROM channels"))
     assert decrypts(stored[channel_id], newest) == "EAAG-replaced-meanwhile"
     assert all(decrypts(token, newest) is not None for token in stored.values())
+
+
+def test_the_key_file_default_takes_several_keys_the_first_encrypting(tmp_path: Path) -> None:
+    """Without WAGATE_SECRET_KEY the key file beside the database is used: made once with one key, and
+    during a rotation it holds the new key first and the old one after it (a line or a comma each)."""
+    key_file = tmp_path / "wagate.secret"
+    made = SecretBox.from_settings("", key_file)
+    assert key_file.stat().st_mode & 0o777 == 0o600
+    old_token = made.encrypt("EAAG-old")
+    newer = Fernet.generate_key().decode()
+    key_file.write_text(f"{newer}\n{key_file.read_text().strip()}\n")
+    box = SecretBox.from_settings("", key_file)
+    assert box.key_count == 2 and box.decrypt(old_token) == "EAAG-old" and not box.is_current(old_token)
+    assert decrypts(box.encrypt("EAAG-new"), newer) == "EAAG-new"
+    assert decrypts(box.rotate(old_token), newer) == "EAAG-old"
