@@ -65,6 +65,8 @@ class Dispatcher:
         self._wake = asyncio.Event()
         self._lanes_needed = True
         self._last_maintenance = 0.0
+        # Meta webhook bodies claimed when the database went away, applied first when it is back.
+        self._held_webhooks: list[jobs.ClaimedJob] = []
         self._task: asyncio.Task[None] | None = None
         self._listener: asyncio.Task[None] | None = None
         self.events: EventLane | None = None
@@ -137,12 +139,17 @@ class Dispatcher:
 
     async def _tick(self) -> bool:
         subscriptions = await self.lookups.subscriptions()
-        applied, events = await jobs.run_webhook_batch(
-            self.db, worker_id=self.worker_id, subscriptions=subscriptions, prices=self.settings.prices
+        batch = await jobs.run_webhook_batch(
+            self.db,
+            worker_id=self.worker_id,
+            subscriptions=subscriptions,
+            prices=self.settings.prices,
+            held=self._held_webhooks,
         )
-        if events:
+        self._held_webhooks = batch.held
+        if batch.events:
             self.wake_events()
-        busy = applied > 0
+        busy = batch.taken > 0 and not batch.held
         maintenance_due = time.monotonic() - self._last_maintenance >= POLL_SECONDS
         if self._lanes_needed or maintenance_due:
             self._lanes_needed = False

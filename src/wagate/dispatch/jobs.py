@@ -98,6 +98,17 @@ def fail_jobs(session: Session, jobs: list[ClaimedJob], error: str) -> None:
         )
 
 
+def release_jobs(session: Session, job_ids: list[int]) -> None:
+    """Claimed jobs that were not run for a reason of the moment (the database went away): due again
+    now, their attempt not counted."""
+    if job_ids:
+        session.execute(
+            update(OutboxJob)
+            .where(OutboxJob.id.in_(job_ids))
+            .values(attempts=OutboxJob.attempts - 1, locked_by=None, locked_until=None, run_at=utcnow())
+        )
+
+
 def retry_or_bury(session: Session, job: ClaimedJob, error: str) -> None:
     """A body that failed alone: tried again with backoff, or, once it has failed WEBHOOK_ATTEMPTS
     times, moved to the dead letters in the transaction that takes it out of the outbox."""
@@ -118,22 +129,40 @@ def retry_or_bury(session: Session, job: ClaimedJob, error: str) -> None:
     finish_jobs(session, [job.id])
 
 
+@dataclass
+class WebhookBatch:
+    """What `run_webhook_batch` did: bodies taken, events caused, and the bodies it still holds."""
+
+    taken: int
+    events: int
+    # Claimed, not applied, and not given back because the database went away meanwhile: the caller
+    # hands them in again on its next try (they stay locked to this worker for the claim's lease).
+    held: list[ClaimedJob]
+
+
 async def run_webhook_batch(
-    db: Database, *, worker_id: str, subscriptions: Subscriptions | None = None, prices: Prices | None = None
-) -> tuple[int, int]:
-    """Claim and apply stored Meta webhooks; returns how many bodies were claimed and how many
-    events they caused.
+    db: Database,
+    *,
+    worker_id: str,
+    subscriptions: Subscriptions | None = None,
+    prices: Prices | None = None,
+    held: Sequence[ClaimedJob] = (),
+) -> WebhookBatch:
+    """Claim and apply stored Meta webhooks (first those of `held`, still claimed from a try the
+    database went away during), and say how it went.
 
     The batch is one unit of work; only when it fails is it split, down to the bodies that fail alone
     (about twenty units for one bad body among 500), so the others are applied now, not after its
-    retries."""
+    retries. When the database goes away mid-way, the bodies are given back (due again at once);
+    if even that fails, they are returned in `held`: left claimed, they would wait out their lease
+    (five minutes) after the database came back."""
 
     def claim(session: Session) -> list[ClaimedJob]:
         return claim_jobs(session, kind=JobKind.meta_webhook, limit=WEBHOOK_BATCH, worker_id=worker_id)
 
-    jobs = await db.write(claim)
+    jobs = list(held) or await db.write(claim)
     if not jobs:
-        return 0, 0
+        return WebhookBatch(0, 0, [])
 
     def apply(session: Session, some: Sequence[ClaimedJob]) -> int:
         applied = process_webhook_bodies(session, [job.payload for job in some], subscriptions, prices=prices)
@@ -142,12 +171,13 @@ async def run_webhook_batch(
         return applied.events
 
     events, unwritten = await write_isolating(db, jobs, apply, retry_or_bury)
-    if unwritten:  # the database went away: nothing is wrong with them, they come again
+    if unwritten:  # the database went away: nothing is wrong with them, they come again at once
         try:
-            await db.write(lambda session: fail_jobs(session, unwritten, "the database was out of reach"))
-        except Exception as exc:  # still away: they come again when their lease runs out
-            log.warning("could not reschedule %d Meta webhooks: %s", len(unwritten), describe_error(exc))
-    return len(jobs), sum(events)
+            await db.write(lambda session: release_jobs(session, [job.id for job in unwritten]))
+        except Exception as exc:  # still away: held here, applied first on the next try
+            log.warning("could not give back %d Meta webhooks: %s", len(unwritten), describe_error(exc))
+            return WebhookBatch(len(jobs), sum(events), unwritten)
+    return WebhookBatch(len(jobs), sum(events), [])
 
 
 async def sync_channel_templates(
