@@ -28,7 +28,7 @@ from wagate.dispatch.send_lane import ChannelLane
 from wagate.events.subscriptions import Subscriptions
 from wagate.lookups import Lookups
 from wagate.outbox.errors import describe_error
-from wagate.outbox.isolation import write_isolating
+from wagate.outbox.isolation import log_failure, write_isolating
 from wagate.outbox.models import FastClaim, JobKind, JobState, OutboxJob
 from wagate.outbox.notify import listen_outbox
 from wagate.outbox.ownership import ownership_for
@@ -133,8 +133,8 @@ class Dispatcher:
                         await asyncio.wait_for(self._wake.wait(), timeout=POLL_SECONDS)
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("dispatcher tick failed; going on")
+            except Exception as exc:
+                log_failure(log, "dispatcher tick failed; going on", exc)
                 await asyncio.sleep(POLL_SECONDS)
 
     async def _tick(self) -> bool:

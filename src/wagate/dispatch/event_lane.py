@@ -27,7 +27,7 @@ from wagate.events import deliveries
 from wagate.events.http import DELIVERY_TIMEOUT_SECONDS, EventPoster
 from wagate.events.signing import signed_headers
 from wagate.messages import events as message_events
-from wagate.outbox.isolation import write_isolating
+from wagate.outbox.isolation import log_failure, write_isolating
 from wagate.outbox.models import JobKind, OutboxJob
 from wagate.outbox.recorder import BatchRecorder
 from wagate.outbox.retry import EVENT_DELIVERY
@@ -87,8 +87,8 @@ class EventLane:
                         await asyncio.wait_for(self.wake_event.wait(), timeout=await self._idle_seconds())
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("event lane failed a round; going on")
+            except Exception as exc:
+                log_failure(log, "event lane failed a round; going on", exc)
                 await asyncio.sleep(POLL_SECONDS)
 
     async def _round(self) -> bool:

@@ -23,7 +23,7 @@ from wagate.channels.models import Channel
 from wagate.db import utcnow
 from wagate.dispatch import sends
 from wagate.dispatch.deps import LaneDeps
-from wagate.outbox.isolation import write_isolating
+from wagate.outbox.isolation import log_failure, write_isolating
 from wagate.outbox.limiter import SlidingWindowLimiter
 from wagate.outbox.models import ClaimedSend, FastClaim, Priority, expired_error
 from wagate.outbox.recorder import BatchRecorder
@@ -171,8 +171,8 @@ class ChannelLane:
                         await asyncio.wait_for(self.wake_event.wait(), timeout=POLL_SECONDS)
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("send lane of channel %s failed a round; going on", self.channel_id)
+            except Exception as exc:
+                log_failure(log, "send lane of channel %s failed a round; going on", exc, self.channel_id)
                 await asyncio.sleep(POLL_SECONDS)
 
     async def _round(self) -> bool:
@@ -313,8 +313,8 @@ class ChannelLane:
                 )
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("renewing the leases of channel %s failed; retrying", self.channel_id)
+            except Exception as exc:
+                log_failure(log, "renewing the leases of channel %s failed; retrying", exc, self.channel_id)
                 continue
             # Rows already sent may be gone from the table; only queued ones can still be kept back.
             lost = {c.job_id for c in self.claimed if c.job_id in set(held) - owned}

@@ -33,6 +33,15 @@ def is_outage(exc: BaseException) -> bool:
     return isinstance(exc, OperationalError | InterfaceError | DisconnectionError | ConnectionError | OSError)
 
 
+def log_failure(logger: logging.Logger, message: str, exc: BaseException, *args: object) -> None:
+    """A lane's step failed and will be tried again: while the database is out of reach that is one
+    line a second per lane (a traceback a second says nothing more); anything else with its traceback."""
+    if is_outage(exc):
+        logger.warning(message + ": the database is out of reach (%s)", *args, describe_error(exc))
+    else:
+        logger.error(message, *args, exc_info=exc)
+
+
 async def write_isolating(
     db: Database,
     items: Sequence[Item],

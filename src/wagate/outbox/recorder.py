@@ -13,6 +13,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
+from wagate.outbox.isolation import log_failure
+
 log = logging.getLogger(__name__)
 
 PAUSE_SECONDS = 1.0
@@ -64,7 +66,11 @@ class BatchRecorder(Generic[Result]):
                 await self.flush()
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                log.exception("recording the results of %s failed; trying again", self.name)
+            except NotWritten as exc:  # the write said why (the database out of reach) already
+                log.warning("%s; trying again", exc)
+                self._ready.set()
+                await asyncio.sleep(PAUSE_SECONDS)
+            except Exception as exc:
+                log_failure(log, "recording the results of %s failed; trying again", exc, self.name)
                 self._ready.set()
                 await asyncio.sleep(PAUSE_SECONDS)
