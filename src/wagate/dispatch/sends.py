@@ -45,6 +45,25 @@ _SET_WAMID = (
     .where(_messages.c.id == bindparam("message"))
     .values(upstream_message_id=bindparam("wamid"))
 )
+_outbox = table_of(OutboxJob)
+# A round's sends to try again, and those whose outcome is unknown: one executemany each, not a
+# statement per send (a 130429 storm returns a whole round at once).
+_RETRY_LATER = (
+    _outbox.update()
+    .where(_outbox.c.id == bindparam("job"))
+    .values(
+        state=JobState.ready,
+        run_at=bindparam("run_at"),
+        last_error=bindparam("error"),
+        locked_by=None,
+        locked_until=None,
+    )
+)
+_AWAIT_WEBHOOK = (
+    _outbox.update()
+    .where(_outbox.c.id == bindparam("job"))
+    .values(state=JobState.unconfirmed, last_error=bindparam("error"), locked_until=bindparam("until"))
+)
 UNCONFIRMED_ERROR = "upstream_unconfirmed: WhatsApp neither accepted nor rejected the message"
 
 
@@ -243,29 +262,25 @@ def record_outcomes(
         _hold(session, held, now)
     elif resumed_channel is not None:
         resume_channel(session, resumed_channel)
-    for outcome in outcomes:
-        if isinstance(outcome, Retry):
-            session.execute(
-                update(OutboxJob)
-                .where(OutboxJob.id == outcome.send.job_id)
-                .values(
-                    state=JobState.ready,
-                    run_at=now + timedelta(seconds=SEND_NOT_DELIVERED.delay(outcome.send.attempts)),
-                    last_error=outcome.error[:1000],
-                    locked_by=None,
-                    locked_until=None,
-                )
-            )
-        elif isinstance(outcome, Unknown):
-            session.execute(
-                update(OutboxJob)
-                .where(OutboxJob.id == outcome.send.job_id)
-                .values(
-                    state=JobState.unconfirmed,
-                    last_error=outcome.error[:1000],
-                    locked_until=now + timedelta(seconds=grace_seconds),
-                )
-            )
+    retry = [
+        {
+            "job": o.send.job_id,
+            "run_at": now + timedelta(seconds=SEND_NOT_DELIVERED.delay(o.send.attempts)),
+            "error": o.error[:1000],
+        }
+        for o in outcomes
+        if isinstance(o, Retry)
+    ]
+    if retry:
+        session.connection().execute(_RETRY_LATER, retry)
+    until = now + timedelta(seconds=grace_seconds)
+    unknown = [
+        {"job": o.send.job_id, "error": o.error[:1000], "until": until}
+        for o in outcomes
+        if isinstance(o, Unknown)
+    ]
+    if unknown:
+        session.connection().execute(_AWAIT_WEBHOOK, unknown)
     # A batch is complete once none of its sends waits to be handed to Meta.
     handed = [
         o.send.message_id
