@@ -60,8 +60,6 @@ class Settings(BaseSettings):
     # for the API and the dashboard, and for Meta's webhooks (a POST may batch many changes).
     max_request_bytes: int = Field(1024 * 1024, ge=1024)
     max_webhook_bytes: int = Field(4 * 1024 * 1024, ge=1024)
-    log_level: str = "info"
-    # FastAPI's native OpenTelemetry (traces, metrics, logs through the global providers). Off by
     # Slow clients (docs/security.md): the request line and headers must arrive within
     # `header_timeout_seconds` of the connection or of the request's first byte and hold at most
     # `max_header_bytes` (408 / 431); a body must arrive within `body_timeout_seconds` once read.
@@ -73,6 +71,8 @@ class Settings(BaseSettings):
     # second from a number, and a batch carries 1000 recipients in one request: normal use stays below.
     api_key_requests_per_second: float = Field(1000.0, ge=0)
     api_key_burst: int = Field(2000, ge=1)
+    log_level: str = "info"
+    # FastAPI's native OpenTelemetry (traces, metrics, logs through the global providers). Off by
     # default: even unconfigured it looks the providers up on every request.
     opentelemetry: bool = False
 

@@ -52,7 +52,8 @@ _STANDARD: dict[int, tuple[str, str, str]] = {
         "The request is not valid: limit: must be from 1 to 200.",
     ),
     429: (
-        "Too many requests or a full queue; see `Retry-After`",
+        "Too many requests with this API key (`api_key_requests_per_second`), or a full queue; see"
+        " `Retry-After`",
         "rate_limited",
         "Too many requests; retry after the time in Retry-After.",
     ),
@@ -72,6 +73,8 @@ def errors(
     `descriptions` overrides a status's description by keyword (`_404="Unknown channel"`), `codes` the
     example's code and message (`{404: ("channel_not_found", "No channel ...")}`)."""
     responses: dict[int | str, dict[str, Any]] = {}
+    if 401 in statuses and 429 not in statuses:
+        statuses = (*statuses, 429)  # every request with an API key counts against the key's rate
     for status in statuses:
         description, code, message = _STANDARD[status]
         description = descriptions.get(f"_{status}", description)

@@ -23,6 +23,7 @@ from wagate.dashboard.views import Inbox, inboxes_of, templates_for
 from wagate.dashboard.web import (
     FormRefused,
     check_csrf,
+    checked_fields,
     current_administrator,
     current_user,
     error_page,
@@ -105,6 +106,7 @@ async def _bulk_form(request: Request, user: SessionUser) -> dict[str, Any]:
                     fields[name] = data.decode("utf-8-sig", errors="replace")
             else:
                 fields[name] = value
+        fields = checked_fields(fields)
     else:
         fields = dict(await read_form(request))
     check_csrf(fields.get("csrf_token"), user.csrf_token)

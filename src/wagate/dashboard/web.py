@@ -22,6 +22,7 @@ from wagate.channels.service import paused_channels
 from wagate.db import isoformat
 from wagate.deps import Gateway, get_gateway
 from wagate.errors import WagateError
+from wagate.limits import CONTROL_CHARACTER, CONTROL_CHARACTER_ISSUE
 
 HERE = Path(__file__).parent
 STATIC = HERE / "static"
@@ -135,7 +136,16 @@ async def read_form(request: Request) -> dict[str, str]:
         fields = parse_qs(body.decode(), keep_blank_values=True, max_num_fields=200)
     except (UnicodeDecodeError, ValueError):
         raise FormRefused("not a form") from None
-    return {name: values[-1] for name, values in fields.items()}
+    return checked_fields({name: values[-1] for name, values in fields.items()})
+
+
+def checked_fields(fields: dict[str, str]) -> dict[str, str]:
+    """The fields of a form, refused when one holds a control character: the API's rule for strings
+    (wagate.limits), which also keeps NUL, which PostgreSQL refuses in text, out of the services."""
+    for name, value in fields.items():
+        if CONTROL_CHARACTER.search(name) or CONTROL_CHARACTER.search(value):
+            raise FormRefused(f"{name[:50]}: {CONTROL_CHARACTER_ISSUE}")
+    return fields
 
 
 def check_csrf(given: str | None, expected: str | None) -> None:

@@ -299,9 +299,6 @@ class ChangeValue:
         """The change's items; each item that cannot be read goes to `odd` (or raises without it)."""
         metadata = _require_dict(value.get("metadata"), "value.metadata")
         number = _require_str(metadata, "phone_number_id", "value.metadata")
-        contacts = tuple(
-            CustomerRef.from_contact(c) for c in _list_of_dicts(value.get("contacts"), "value.contacts")
-        )
 
         def each(key: str, read: Any) -> list[Any]:
             items = value.get(key)
@@ -319,6 +316,9 @@ class ChangeValue:
                 if parsed is not None:
                     result.append(parsed)
             return result
+
+        # A contact that cannot be read is an odd item of its own: the statuses beside it still apply.
+        contacts = tuple(each("contacts", CustomerRef.from_contact))
 
         return cls(
             phone_number_id=number,
