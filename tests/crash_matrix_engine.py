@@ -24,7 +24,10 @@ of one change would be a double event and fail.
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import hashlib
+import hmac
 import itertools
 import json
 import random
@@ -40,7 +43,6 @@ from typing import Any
 
 import httpx
 import psycopg
-from standardwebhooks import Webhook
 
 from gateway_process import (
     GRACE_SECONDS,
@@ -543,6 +545,16 @@ def run_once(
     return result
 
 
+def signature_ok(secret: str, headers: dict[str, str], body: bytes) -> bool:
+    """Standard Webhooks' `v1` signature, without its 5-minute timestamp tolerance: the events are
+    checked after the run, which may take longer than that."""
+    key = base64.b64decode(secret.removeprefix("whsec_"))
+    signed = f"{headers['webhook-id']}.{headers['webhook-timestamp']}.".encode() + body
+    expected = base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+    given = [part.split(",", 1)[1] for part in headers["webhook-signature"].split() if part.startswith("v1,")]
+    return any(hmac.compare_digest(expected, g) for g in given)
+
+
 def count(
     result: RunResult,
     client: Client,
@@ -603,13 +615,10 @@ def count(
     if batch_id is not None:
         expected.add(("batch_completed", batch_id, "completed"))
     received = receiver.received(receiver_path)[already_received:]
-    verifier = Webhook(secret)
     ids_of: dict[tuple[str, str, str], set[str]] = {}
     seen_ids: Counter[str] = Counter()
     for item in received:
-        try:
-            verifier.verify(item.body, item.headers)
-        except Exception:  # any failure to verify is what is counted
+        if not signature_ok(secret, item.headers, item.body):
             result.bad_signatures += 1
         body = item.json
         event = str(body["event"])

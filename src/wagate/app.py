@@ -14,6 +14,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from wagate.audit.endpoints import router as audit_router
 from wagate.bulk.endpoints import router as bulk_router
 from wagate.channels.endpoints import router as channels_router
 from wagate.config import Settings, get_settings
@@ -157,7 +158,15 @@ def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True)
         max_webhook_bytes=settings.max_webhook_bytes,
         body_timeout_seconds=settings.body_timeout_seconds,
     )
-    for router in (channels_router, templates_router, messages_router, bulk_router, events_router, usage_api):
+    for router in (
+        channels_router,
+        templates_router,
+        messages_router,
+        bulk_router,
+        events_router,
+        usage_api,
+        audit_router,
+    ):
         app.include_router(router, prefix="/v1")
     app.router.routes.extend(whatsapp_webhook_routes)
     install_dashboard(app)

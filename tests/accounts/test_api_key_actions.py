@@ -11,6 +11,7 @@ import pytest
 from app_in_thread import gateway_in_this_loop, sql
 from support import ADMIN_TOKEN, Simulator
 from wagate.accounts.service import ApiKeyNameTaken, ApiKeyNotFound, UserNotFound, create_api_key, revoke_key
+from wagate.audit.models import SYSTEM
 
 
 def user_id(database_url: str, email: str) -> int:
@@ -22,7 +23,9 @@ def test_a_key_issued_works_at_once_and_is_kept_hashed(database_url: str, simula
         async with gateway_in_this_loop(database_url, simulator) as (url, gateway, ids):
             agent = user_id(database_url, "agent@acme.test")
             async with httpx.AsyncClient(base_url=f"{url}/v1/accounts/{ids['acme']}") as http:
-                issued = await create_api_key(gateway, account_id=ids["acme"], user_id=agent, name="zapier")
+                issued = await create_api_key(
+                    gateway, account_id=ids["acme"], user_id=agent, name="zapier", by=SYSTEM
+                )
                 answer = await http.get(
                     "/whatsapp/channels", headers={"Authorization": f"Bearer {issued.token}"}
                 )
@@ -31,10 +34,14 @@ def test_a_key_issued_works_at_once_and_is_kept_hashed(database_url: str, simula
                 assert [c["channel_id"] for c in answer.json()["data"]] == [ids["main"]]
 
                 with pytest.raises(ApiKeyNameTaken):
-                    await create_api_key(gateway, account_id=ids["acme"], user_id=agent, name="zapier")
+                    await create_api_key(
+                        gateway, account_id=ids["acme"], user_id=agent, name="zapier", by=SYSTEM
+                    )
                 boss = user_id(database_url, "boss@globex.test")
                 with pytest.raises(UserNotFound):  # a user of another account
-                    await create_api_key(gateway, account_id=ids["acme"], user_id=boss, name="sneaky")
+                    await create_api_key(
+                        gateway, account_id=ids["acme"], user_id=boss, name="sneaky", by=SYSTEM
+                    )
 
         stored = sql(database_url, "SELECT token_hash, token_prefix FROM api_keys WHERE name = 'zapier'")
         assert len(stored) == 1
@@ -53,26 +60,30 @@ def test_a_revoked_key_is_refused_at_once_by_the_process_that_revoked_it(
             admin = user_id(database_url, "admin@acme.test")
             agent = user_id(database_url, "agent@acme.test")
             async with httpx.AsyncClient(base_url=f"{url}/v1/accounts/{ids['acme']}") as http:
-                issued = await create_api_key(gateway, account_id=ids["acme"], user_id=admin, name="ci")
+                issued = await create_api_key(
+                    gateway, account_id=ids["acme"], user_id=admin, name="ci", by=SYSTEM
+                )
                 headers = {"Authorization": f"Bearer {issued.token}"}
                 # Used first, so its principal sits in the 5-second cache when it is revoked.
                 assert (await http.get("/whatsapp/channels", headers=headers)).status_code == 200
 
                 # An agent revoking someone else's key finds no such key of theirs.
                 with pytest.raises(ApiKeyNotFound):
-                    await revoke_key(gateway, account_id=ids["acme"], key_id=issued.key.id, user_id=agent)
+                    await revoke_key(
+                        gateway, account_id=ids["acme"], key_id=issued.key.id, user_id=agent, by=SYSTEM
+                    )
                 assert (await http.get("/whatsapp/channels", headers=headers)).status_code == 200
                 # Another account's administrator cannot reach it either.
                 with pytest.raises(ApiKeyNotFound):
-                    await revoke_key(gateway, account_id=ids["globex"], key_id=issued.key.id)
+                    await revoke_key(gateway, account_id=ids["globex"], key_id=issued.key.id, by=SYSTEM)
 
-                revoked = await revoke_key(gateway, account_id=ids["acme"], key_id=issued.key.id)
+                revoked = await revoke_key(gateway, account_id=ids["acme"], key_id=issued.key.id, by=SYSTEM)
                 assert revoked.revoked_at is not None
                 refused = await http.get("/whatsapp/channels", headers=headers)
                 assert refused.status_code == 401
                 assert refused.json()["error"]["code"] == "unauthorized"
                 # Revoking again keeps the first time; the other keys still work.
-                again = await revoke_key(gateway, account_id=ids["acme"], key_id=issued.key.id)
+                again = await revoke_key(gateway, account_id=ids["acme"], key_id=issued.key.id, by=SYSTEM)
                 assert again.revoked_at == revoked.revoked_at
                 ok = await http.get("/whatsapp/channels", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
                 assert ok.status_code == 200

@@ -19,7 +19,8 @@ from sqlalchemy import bindparam, delete, select, update
 from sqlalchemy.orm import Session
 
 from wagate.bulk.completion import complete_batches
-from wagate.channels.models import Channel
+from wagate.channels import service as channels
+from wagate.channels.service import pause_channel
 from wagate.db import table_of, utcnow
 from wagate.events.subscriptions import Subscriptions
 from wagate.messages.events import publish_status_changes
@@ -172,19 +173,11 @@ def _hold(session: Session, held: list[Held], now: datetime) -> None:
     )
     channel_id = session.scalar(select(OutboxJob.channel_id).where(OutboxJob.id == held[0].send.job_id))
     if channel_id is not None:
-        session.execute(
-            update(Channel)
-            .where(Channel.id == channel_id, Channel.paused_reason.is_(None))
-            .values(paused_reason=held[-1].error[:1000], paused_at=now)
-        )
+        pause_channel(session, channel_id, reason=held[-1].error, at=now)
 
 
 def resume_channel(session: Session, channel_id: int) -> None:
-    session.execute(
-        update(Channel)
-        .where(Channel.id == channel_id, Channel.paused_reason.is_not(None))
-        .values(paused_reason=None, paused_at=None)
-    )
+    channels.resume_channel(session, channel_id)
 
 
 def unclaim(session: Session, job_ids: list[int]) -> None:

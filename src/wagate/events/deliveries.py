@@ -15,6 +15,8 @@ from typing import Any
 from sqlalchemy import bindparam, delete, exists, insert, or_, select, update
 from sqlalchemy.orm import Session, aliased
 
+from wagate.audit.models import SYSTEM, AuditAction
+from wagate.audit.service import record
 from wagate.db import isoformat, table_of, utcnow
 from wagate.events.http import PostResult
 from wagate.events.models import Delivery, DeliveryAttempt, DeliveryState, Webhook
@@ -309,6 +311,15 @@ def _track_webhook_health(
             disabled.append(webhook.id)
             webhook.enabled = False
             webhook.disabled_reason = f"Disabled at {isoformat(now)}: the endpoint answered 410 Gone."
+            record(
+                session,
+                SYSTEM,
+                account_id=webhook.account_id,
+                action=AuditAction.webhook_disabled,
+                target_type="webhook",
+                target_id=webhook.id,
+                changes={"reason": webhook.disabled_reason},
+            )
         elif (
             webhook.consecutive_failures >= disable.after_failures
             and (now - webhook.failing_since).total_seconds() >= disable.after_seconds
@@ -319,6 +330,15 @@ def _track_webhook_health(
                 f"Disabled at {isoformat(now)} after {webhook.consecutive_failures} failed attempts in a row "
                 f"since {isoformat(webhook.failing_since)}; the last one: {a.result.error}."
             )[:500]
+            record(
+                session,
+                SYSTEM,
+                account_id=webhook.account_id,
+                action=AuditAction.webhook_disabled,
+                target_type="webhook",
+                target_id=webhook.id,
+                changes={"reason": webhook.disabled_reason},
+            )
     session.flush()
     cancel_pending(session, disabled)
 

@@ -105,7 +105,7 @@ async def create_webhook(
     principal: Administrator,
 ) -> FastJSONResponse:
     created = await service.add_webhook(
-        gateway, account_id=principal.account_id, url=body.url, events=body.events
+        gateway, account_id=principal.account_id, url=body.url, events=body.events, by=principal
     )
     return FastJSONResponse(webhook_view(created.webhook, secret=created.secret), status_code=201)
 
@@ -121,7 +121,9 @@ async def create_webhook(
     },
 )
 async def delete_webhook(webhook_id: Id, gateway: GatewayDep, principal: Administrator) -> Response:
-    await service.remove_webhook(gateway, account_id=principal.account_id, webhook_id=webhook_id)
+    await service.remove_webhook(
+        gateway, account_id=principal.account_id, webhook_id=webhook_id, by=principal
+    )
     return Response(status_code=204)
 
 
@@ -156,6 +158,7 @@ async def update_webhook(
         url=body.url,
         events=body.events,
         enabled=body.enabled,
+        by=principal,
     )
     return FastJSONResponse(webhook_view(webhook))
 
