@@ -1,6 +1,7 @@
 """What the gateway accepts at its edge, so that bad input is a clear 4xx and never reaches the database.
 
-- Ids are positive integers that fit the databases' 64-bit integers (`Id`, `BodyId`).
+- Ids are positive integers that fit their columns: 32 bits for most (`Id`, `BodyId`), 64 for the
+  rows that grow without bound (`MAX_BIG_ID`).
 - No string of a request (path, query, JSON body) holds a C0 control character other than tab, line
   feed and carriage return: PostgreSQL refuses NUL in text, and none of them means anything in a phone
   number, a template name or a message.
@@ -35,7 +36,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from wagate.errors import InvalidRequest, PayloadTooLarge, RateLimited, RequestTimeout, WagateError
 
-MAX_ID = 2**63 - 1
+# Accounts, users, keys, channels, webhooks and conversations have INTEGER keys: PostgreSQL refuses a
+# larger parameter for them ("integer out of range", a 500), so a larger id is refused here. Rows that
+# can grow past it (outbox, deliveries, audit entries) have BIGINT keys: `MAX_BIG_ID`.
+MAX_ID = 2**31 - 1
+MAX_BIG_ID = 2**63 - 1
 MIN_INTEGER = -(2**63)
 MAX_INTEGER = 2**63 - 1
 MAX_JSON_DEPTH = 64
@@ -50,6 +55,16 @@ WEBHOOK_PATH = "/webhooks/whatsapp"
 # the bounds.
 Id = Annotated[int, Field(ge=1, le=MAX_ID)]
 BodyId = Annotated[int, Field(strict=True, ge=1, le=MAX_ID)]
+
+
+def parse_id(text: str | None) -> int | None:
+    """An id sent as text (a form's select, a page's filter or cursor), or None when it cannot be one:
+    not ASCII digits, or out of `Id`'s range."""
+    if not text or len(text) > 10 or not (text.isascii() and text.isdigit()):
+        return None
+    value = int(text)
+    return value if 1 <= value <= MAX_ID else None
+
 
 CONTROL_CHARACTER = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
 CONTROL_CHARACTER_ISSUE = "contains a control character (only tab, line feed and carriage return are allowed)"

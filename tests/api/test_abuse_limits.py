@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from app_in_thread import running_gateway
-from support import ADMIN_TOKEN, AGENT_TOKEN, Gateway, Simulator, new_number
+from support import ADMIN_TOKEN, AGENT_TOKEN, Gateway, Simulator, new_number, signed_in
 
 OTP = {"name": "otp_code", "language": "en", "parameters": ["123456"]}
 
@@ -243,3 +243,29 @@ def test_a_template_value_longer_than_a_body_can_hold_is_refused(gateway: Gatewa
     assert response.status_code == 422, response.text
     assert "longer than 1024 characters" in response.json()["error"]["message"]
     assert gateway.sim.messages(to=number) == []
+
+
+# --- ids past their columns ---
+
+
+def test_ids_past_32_bits_are_refused_not_a_database_error(gateway: Gateway) -> None:
+    """Accounts, channels, webhooks and conversations have 32-bit keys: PostgreSQL refuses a larger
+    parameter for them, which must be the caller's 422, not the server's 500."""
+    big = 2**40
+    body = {"channel_id": big, "phone_number": new_number(), "template": OTP}
+    send = gateway.http.post(gateway.v1("/whatsapp/messages"), json=body, headers=gateway.headers())
+    error = error_of(send, 422, "invalid_request")
+    assert "2147483647" in error["message"], error
+    hook = gateway.http.delete(gateway.v1(f"/webhooks/{big}"), headers=gateway.headers())
+    error_of(hook, 422, "invalid_request")
+    window = gateway.http.get(
+        gateway.v1("/whatsapp/messages/window"),
+        params={"channel_id": big, "phone_number": new_number()},
+        headers=gateway.headers(),
+    )
+    error_of(window, 422, "invalid_request")
+    with signed_in(gateway) as dashboard:
+        for path in (f"/conversations/{big}", f"/messages?channel={big}", f"/conversations?inbox={big}"):
+            page = dashboard.get(path)
+            assert 400 <= page.status_code < 500, (path, page.status_code)
+        assert dashboard.get(f"/conversations?before=2026-01-01T00:00:00Z_{big}").status_code < 500

@@ -11,21 +11,20 @@ so it cannot live in the test extra; `SchemaClient` below is the minimal generic
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from app_in_thread import running_gateway
-from conftest import make_database
-from support import ADMIN_TOKEN, Gateway, Simulator, new_number
+from support import ADMIN_TOKEN, Gateway, new_number
 
 METHODS = ("get", "post", "put", "patch", "delete")
+# `WAGATE_FUZZ_EXAMPLES=20` makes the schemathesis run twenty times as long (docs/reliability.md).
+SCALE = int(os.environ.get("WAGATE_FUZZ_EXAMPLES", "1"))
 SNAKE = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
 ERROR_REF = "#/components/schemas/ErrorBody"
 
@@ -203,19 +202,7 @@ def test_a_client_built_from_the_schema_sends_reads_and_pages(gateway: Gateway) 
     assert error.status_code == 404
 
 
-@pytest.fixture(scope="module")
-def sqlite_gateway(
-    tmp_path_factory: pytest.TempPathFactory, simulator: Simulator, postgres_available: bool
-) -> Iterator[Gateway]:
-    """One database is enough for schemathesis: it checks the schema against the HTTP layer, which is
-    the same code on both; the behaviour on each database is what the other tests check."""
-    tmp: Path = tmp_path_factory.mktemp("openapi")
-    for url in make_database("sqlite", tmp, postgres_available):
-        with running_gateway(url, simulator) as running:
-            yield running
-
-
-def test_schemathesis_conformance(sqlite_gateway: Gateway) -> None:
+def test_schemathesis_conformance(gateway: Gateway) -> None:
     """Generated requests (positive and negative) to every operation of `/openapi.json`: the status, the
     content type, the headers and the body of each answer conform to the schema, and no 5xx. Ids of
     the account's channels are mixed in so that requests reach past the account and channel checks."""
@@ -230,7 +217,6 @@ def test_schemathesis_conformance(sqlite_gateway: Gateway) -> None:
         status_code_conformance,
     )
 
-    gateway = sqlite_gateway
     schema = schemathesis.openapi.from_dict(spec_of(gateway))
     checks = [
         not_a_server_error,
@@ -252,7 +238,7 @@ def test_schemathesis_conformance(sqlite_gateway: Gateway) -> None:
             strategy = operation.as_strategy(generation_mode=mode)
 
             @settings(
-                max_examples=12,
+                max_examples=12 * SCALE,
                 deadline=None,
                 database=None,
                 derandomize=True,

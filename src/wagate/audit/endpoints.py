@@ -8,7 +8,7 @@ from wagate.audit import service
 from wagate.audit.models import AuditAction
 from wagate.audit.schemas import ENTRY_EXAMPLE, AuditLogOut, entry_view
 from wagate.deps import Administrator, GatewayDep
-from wagate.limits import MAX_ID
+from wagate.limits import MAX_BIG_ID
 from wagate.openapi import ADMINISTRATOR_REQUIRED, errors
 from wagate.responses import FastJSONResponse as JSONResponse
 
@@ -56,7 +56,9 @@ async def list_audit_log(
     ] = 50,
     before: Annotated[
         int | None,
-        Query(ge=1, le=MAX_ID, description="An entry id (`next_before` of the page before): older entries"),
+        Query(
+            ge=1, le=MAX_BIG_ID, description="An entry id (`next_before` of the page before): older entries"
+        ),
     ] = None,
     action: Annotated[
         AuditAction | None, Query(description="Only this kind of change", examples=["api_key.revoked"])

@@ -26,6 +26,7 @@ from wagate.dashboard.web import SECURITY_HEADERS, current_user, error_page, ren
 from wagate.db import isoformat
 from wagate.deps import Gateway, GatewayDep
 from wagate.errors import InvalidRequest, WagateError
+from wagate.limits import parse_id
 from wagate.messages.models import MessageStatus, SentMessage
 from wagate.messages.schemas import format_amount
 from wagate.messages.service import FailureSeries, MessageFilters, failures_over_time, list_messages
@@ -116,9 +117,9 @@ class LogForm:
                 before = None  # the last day there is: no end
         channel_id = None
         if self.channel:
-            if not (self.channel.isascii() and self.channel.isdigit() and 1 <= int(self.channel) < 2**63):
+            channel_id = parse_id(self.channel)
+            if channel_id is None:
                 raise _invalid("channel_id", "not a channel of yours")
-            channel_id = int(self.channel)
         return MessageFilters(
             channel_id=channel_id,
             phone_number=self.number or None,

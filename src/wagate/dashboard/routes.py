@@ -38,6 +38,7 @@ from wagate.dashboard.web import (
 )
 from wagate.deps import GatewayDep
 from wagate.errors import InvalidRequest, WagateError
+from wagate.limits import MAX_ID, parse_id
 from wagate.live import LiveKind
 from wagate.messages.schemas import SendMessageRequest, TemplateRef
 from wagate.messages.service import accept_send
@@ -120,9 +121,12 @@ def _cursor(before: str | None) -> tuple[datetime, int] | None:
     """The next page's cursor, as the page wrote it: `<ISO time>_<id>`."""
     if not before:
         return None
-    at, _, conversation_id = before.rpartition("_")
+    at, _, conversation_text = before.rpartition("_")
+    conversation_id = parse_id(conversation_text)
     try:
-        return datetime.fromisoformat(at.replace("Z", "+00:00")), int(conversation_id)
+        if conversation_id is None:
+            raise ValueError
+        return datetime.fromisoformat(at.replace("Z", "+00:00")), conversation_id
     except ValueError:
         raise InvalidRequest("before is not a cursor of this list") from None
 
@@ -133,7 +137,7 @@ async def conversations(
     gateway: GatewayDep,
     user: User,
     status: str | None = None,
-    inbox: Annotated[int | None, Query(ge=1, le=2**63 - 1)] = None,
+    inbox: Annotated[int | None, Query(ge=1, le=MAX_ID)] = None,
     q: Annotated[str | None, Query(max_length=100)] = None,
     before: Annotated[str | None, Query(max_length=100)] = None,
     fragment: bool = False,

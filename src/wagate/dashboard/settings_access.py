@@ -32,6 +32,7 @@ from wagate.dashboard import views
 from wagate.dashboard.web import current_administrator, error_page, posted_form, render
 from wagate.deps import Gateway, GatewayDep
 from wagate.errors import ChannelNotFound, InvalidRequest, WagateError
+from wagate.limits import parse_id
 from wagate.templates.service import request_template_sync, template_page, template_sync_states
 
 router = APIRouter(include_in_schema=False)
@@ -66,10 +67,10 @@ def _notice(request: Request) -> str | None:
 
 def _form_id(form: dict[str, str], field: str) -> int:
     """A positive id a form posted (a select's value), or 422."""
-    value = form.get(field, "")
-    if not value.isdigit() or not 0 < int(value) < 2**63:
+    value = parse_id(form.get(field))
+    if value is None:
         raise InvalidRequest(f"Choose a {field.removesuffix('_id')} from the list.")
-    return int(value)
+    return value
 
 
 # --- API keys ---------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from wagate.accounts.service import SessionUser
 from wagate.dashboard.web import current_user, error_page, render
 from wagate.deps import GatewayDep
 from wagate.errors import InvalidRequest, WagateError
-from wagate.limits import MAX_ID
+from wagate.limits import parse_id
 from wagate.messages.schemas import format_amount
 from wagate.usage.models import Period, UsageCategory, UsageReport
 from wagate.usage.schemas import CSV_MEDIA_TYPE, csv_filename, usage_csv
@@ -228,12 +228,13 @@ def _channel_id(text: str | None) -> int | None:
     """The channel filter: empty for all channels."""
     if not text:
         return None
-    if DIGITS.fullmatch(text) is None or not 1 <= int(text) <= MAX_ID:
+    channel_id = parse_id(text)
+    if channel_id is None:
         raise InvalidRequest(
             "The request is not valid: channel_id: must be a channel's id.",
             details=[{"field": "channel_id", "issue": "must be a channel's id"}],
         )
-    return int(text)
+    return channel_id
 
 
 def _page_number(text: str | None) -> int:

@@ -16,6 +16,7 @@ from wagate.conversations.models import ConversationStatus
 from wagate.conversations.repository import ConversationRow
 from wagate.deps import Gateway
 from wagate.errors import WagateError
+from wagate.limits import MAX_ID
 from wagate.live import LiveChange
 from wagate.messages.models import Direction, Message
 from wagate.messages.repository import conversation_messages
@@ -24,7 +25,7 @@ from wagate.templates.render import render_message_template, render_template_tex
 from wagate.templates.service import list_templates
 from wagate.whatsapp.explanations import Explanation, explain_external_error
 
-PathId = Path(ge=1, le=2**63 - 1)
+PathId = Path(ge=1, le=MAX_ID)
 MESSAGES_SHOWN = 200
 
 
