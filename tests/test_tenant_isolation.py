@@ -234,6 +234,42 @@ def make_account_a(gateway: Gateway, receiver: Receiver, admin_session: httpx.Cl
     a.mark(webhook.json()["secret"], "secret", "A's webhook signing secret")
     a.add("webhook", "admin", webhook.json()["id"])
 
+    # A template of Main's own (the seed templates are the same in every WABA): name, text, variable.
+    name = a.mark(f"isoa_tpl_{tag}", "main", "the name of a template of Main's")
+    variable = a.mark(f"isoavar_{tag}", "main", "a variable of a template of Main's")
+    text = a.mark(f"Isoa confidential offer {tag}", "main", "the text of a template of Main's")
+    a.add("template", "main", name)
+    seeded = sim.http.get(f"{sim.url}/_sim/templates/{MAIN['waba_id']}").json()["data"]
+    own = {
+        "name": name,
+        "language": "en",
+        "status": "APPROVED",
+        "category": "UTILITY",
+        "parameter_format": "NAMED",
+        "components": [
+            {
+                "type": "BODY",
+                "text": f"{text} for {{{{{variable}}}}}",
+                "example": {"body_text_named_params": [{"param_name": variable, "example": "x"}]},
+            }
+        ],
+    }
+    sim.http.put(
+        f"{sim.url}/_sim/templates/{MAIN['waba_id']}", json={"data": [*seeded, own]}
+    ).raise_for_status()
+    page = admin_session.get("/settings/templates")
+    synced = admin_session.post(
+        "/settings/templates/sync",
+        data={"channel_id": str(gateway.ids["main"]), "csrf_token": csrf_of(page.text)},
+    )
+    assert synced.status_code == 303, synced.text[:300]
+    wait_for(
+        lambda: http.get(
+            gateway.v1("/whatsapp/templates"), params={"name": name}, headers=gateway.headers()
+        ).json()["data"],
+        what="Main's own template synced",
+    )
+
     for scope, channel in (("main", MAIN), ("second", SECOND)):
         channel_id = gateway.ids[scope]
         a.add("channel", scope, channel_id)
@@ -417,6 +453,7 @@ def snapshot(gateway: Gateway) -> dict[str, Any]:
         "delivery_attempts": "SELECT * FROM delivery_attempts WHERE delivery_id IN"
         " (SELECT id FROM deliveries WHERE account_id = :acme)",
         "outbox": "SELECT * FROM outbox WHERE account_id = :acme OR channel_id IN (:main, :second)",
+        "audit_log": "SELECT * FROM audit_log WHERE account_id = :acme",
     }
     state: dict[str, Any] = {}
     for table, query in queries.items():
@@ -820,6 +857,32 @@ def walk_api(walk: Walk, spec: dict[str, Any], receiver_url: str) -> None:
                             walk.compare(where, answer, twin, api=True)
 
 
+def walk_lists_again(walk: Walk, spec: dict[str, Any], routes: list[PageRoute], client: httpx.Client) -> None:
+    """After every walker's attempts: the walker's own lists and pages, read again. What a refused
+    attempt left behind (an audit entry, a failed send, a batch) must not carry A's data either."""
+    headers = {"Authorization": f"Bearer {walk.actor.token}"}
+    account = walk.own("account")[0]
+    for method, path, op in operations(spec):
+        if method != "GET" or re.findall(r"\{(\w+)\}", path) != ["account_id"]:
+            continue
+        if any(p["in"] == "query" and p.get("required") for p in op.get("parameters", [])):
+            continue
+        url = walk.gateway.url + path.replace("{account_id}", account)
+        answer = call(walk, walk.gateway.http, "GET", url, headers=headers)
+        if answer is not None:
+            judge(
+                walk, f"API {op.get('operationId')} GET {url} (again)", answer, "", "GET", False, True, True
+            )
+    for route in routes:
+        if route.method != "GET" or "{" in route.path or (route.method, route.path) in NOT_WALKED:
+            continue
+        if route.path == "/live":
+            continue
+        answer = call(walk, client, "GET", route.path, headers={"sec-fetch-dest": "document"})
+        if answer is not None:
+            judge(walk, f"PAGE GET {route.path} (again)", answer, "", "GET", False, True, False)
+
+
 def walk_customers(walk: Walk) -> None:
     """A's customers as seen from the walker's own inbox: a number that wrote only to A has no open
     window there, and A's business-scoped user ids name no one in the walker's account (a dry run
@@ -944,7 +1007,9 @@ FORMS: dict[str, list[dict[str, str]]] = {
             "recipients": "{number}",
             "var:1": "x",
             "var:2": "y",
-        }
+        },
+        # A template of A's and a CSV with a column it does not take: the refusal must not name its variables.
+        {"inbox": "{channel}", "template": "{template}|en", "recipients": "phone_number,zz\n{number},1"},
     ],
     "/bulk": [
         {
@@ -953,7 +1018,8 @@ FORMS: dict[str, list[dict[str, str]]] = {
             "recipients": "{number}",
             "var:1": "x",
             "var:2": "y",
-        }
+        },
+        {"inbox": "{channel}", "template": "{template}|en", "recipients": "phone_number,zz\n{number},1"},
     ],
     "/settings/api-keys": [{"name": "isob-walk key", "user_id": "{user}"}],
     "/settings/api-keys/{key_id}/revoke": [{}],
@@ -1187,11 +1253,17 @@ def walk_live(
 @pytest.fixture(scope="module")
 def isolated(database_url: str, simulator: Simulator) -> Iterator[tuple[Gateway, FastAPI, Receiver]]:
     receiver = Receiver()
-    with gateway_with_app(
-        database_url, simulator, isolation_spec(), wire_simulator=True, allow_private_urls=True
-    ) as (gateway, app):
-        yield gateway, app, receiver
-    receiver.stop()
+    # The walk adds a template to Main's WABA in the simulator (shared by the session): put it back.
+    templates = f"{simulator.url}/_sim/templates/{MAIN['waba_id']}"
+    seeded = simulator.http.get(templates).json()["data"]
+    try:
+        with gateway_with_app(
+            database_url, simulator, isolation_spec(), wire_simulator=True, allow_private_urls=True
+        ) as (gateway, app):
+            yield gateway, app, receiver
+    finally:
+        simulator.http.put(templates, json={"data": seeded}).raise_for_status()
+        receiver.stop()
 
 
 def session_of(gateway: Gateway, actor: Actor) -> httpx.Client:
@@ -1233,6 +1305,8 @@ def test_no_walker_finds_or_touches_the_first_accounts_data(
             walk_api(walk, spec, receiver.url("").rstrip("/"))
             walk_customers(walk)
             walk_dashboard(walk, routes, sessions[walk.actor.name], receiver.url("").rstrip("/"))
+        for walk in walks:
+            walk_lists_again(walk, spec, routes, sessions[walk.actor.name])
         after = settle(gateway)
         for table in before:
             if before[table] != after[table]:

@@ -19,6 +19,7 @@ from starlette.datastructures import UploadFile
 from wagate.accounts.service import SessionUser
 from wagate.bulk.schemas import MAX_RECIPIENTS, BulkRecipient, SendBulkRequest
 from wagate.bulk.service import accept_batch, list_batches, prepare_batch, read_batch
+from wagate.channels.service import channel_for_member
 from wagate.dashboard.views import Inbox, inboxes_of, templates_for
 from wagate.dashboard.web import (
     FormRefused,
@@ -162,9 +163,15 @@ def _request_of(fields: dict[str, Any], variables: list[str]) -> SendBulkRequest
         raise InvalidRequest(f"The form is not complete: {exc}") from None
 
 
-async def _bulk_request(gateway: GatewayDep, fields: dict[str, Any]) -> SendBulkRequest:
-    """The form as the API's request body, its CSV columns checked against the chosen template."""
+async def _bulk_request(gateway: GatewayDep, user: SessionUser, fields: dict[str, Any]) -> SendBulkRequest:
+    """The form as the API's request body, its CSV columns checked against the chosen template.
+
+    The inbox is checked first, as the API checks `channel_id`: the columns' refusal names the
+    template's variables, which must not tell anyone about another account's (or inbox's) templates."""
     inbox = int(fields.get("inbox") or 0)
+    if inbox:
+        async with gateway.db.read() as session:
+            await channel_for_member(session, principal=user.principal, channel_id=inbox)
     choices = {t.value: t for t in await templates_for(gateway, inbox)} if inbox else {}
     chosen = choices.get(str(fields.get("template")))
     return _request_of(fields, chosen.variables if chosen else [])
@@ -176,7 +183,7 @@ async def preview(request: Request, gateway: GatewayDep, user: Administrator) ->
     fields = await _bulk_form(request, user)
     inbox = int(fields.get("inbox") or 0)
     try:
-        body = await _bulk_request(gateway, fields)
+        body = await _bulk_request(gateway, user, fields)
         batch = await prepare_batch(
             gateway.lookups,
             principal=user.principal,
@@ -219,7 +226,7 @@ async def send_batch(request: Request, gateway: GatewayDep, user: Administrator)
     fields = await _bulk_form(request, user)
     inbox = int(fields.get("inbox") or 0)
     try:
-        body = await _bulk_request(gateway, fields)
+        body = await _bulk_request(gateway, user, fields)
         accepted = await accept_batch(gateway, principal=user.principal, request=body, idem=None)
     except WagateError as error:
         return await _form(
