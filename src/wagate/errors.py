@@ -90,6 +90,14 @@ class PayloadTooLarge(WagateError):
     message = "The request body is too large."
 
 
+class NotHttp(WagateError):
+    """Bytes that are no HTTP request (answered by the server itself, before any route)."""
+
+    status_code = 400
+    code = "invalid_request"
+    message = "The request is not valid HTTP (a broken request line or header)."
+
+
 class RequestTimeout(WagateError):
     status_code = 408
     code = "request_timeout"

@@ -22,9 +22,9 @@ import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from wagate.config import Settings
-from wagate.errors import HeadersTooLarge, RequestTimeout, WagateError
+from wagate.errors import HeadersTooLarge, NotHttp, RequestTimeout, WagateError
 
-_REASONS = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+_REASONS = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
 
 
 class _HeadRefused(Exception):
@@ -91,10 +91,9 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._head_bytes = 0
 
     def send_400_response(self, msg: str) -> None:
-        if self._refusal is not None:
-            self._write_refusal(self._refusal)
-            return
-        super().send_400_response(msg)
+        # uvicorn's answer to bytes that are no HTTP request (a control character in a header, a
+        # broken request line), in plain text: the contract's error body instead.
+        self._write_refusal(self._refusal or NotHttp())
 
     def _arm_head_timer(self) -> None:
         self._head_timer = self.loop.call_later(self.header_timeout_seconds, self._head_too_slow)
