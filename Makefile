@@ -9,7 +9,7 @@ STAMP = $(VENV)/.installed-stamp
 TOOLS ?= .venv-tools
 TOOLS_STAMP = $(TOOLS)/.installed-stamp
 
-.PHONY: sandbox test lint bench bench-events bench-bulk install
+.PHONY: sandbox test lint bench bench-events bench-bulk install fuzz
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,11 @@ sandbox: $(STAMP)
 
 test: $(STAMP) $(TOOLS_STAMP)
 	$(BIN)/pytest
+
+# The generated-input tests of `make test`, twenty times as long (docs/reliability.md, "Bad input").
+fuzz: $(STAMP)
+	WAGATE_FUZZ_EXAMPLES=$${WAGATE_FUZZ_EXAMPLES:-20} $(BIN)/pytest -p no:cacheprovider --timeout 3600 \
+		tests/api/test_openapi_contract.py tests/whatsapp/test_webhook_fuzz.py tests/dashboard/test_dashboard_fuzz.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

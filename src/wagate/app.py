@@ -88,6 +88,16 @@ def install_error_handlers(app: FastAPI) -> None:
             error.body(), status_code=error.status_code, headers=getattr(exc, "headers", None)
         )
 
+    @app.exception_handler(OperationalError)
+    @app.exception_handler(InterfaceError)
+    async def _database_unavailable(_: Request, exc: Exception) -> JSONResponse:
+        # Answered here (Starlette's ExceptionMiddleware), not by the catch-all below: that one
+        # re-raises to the server, which logs a traceback per request and closes the client's
+        # keep-alive connection, so a client's next request would meet a reset instead of a 503.
+        log.warning("database unavailable: %r", exc)
+        error = NotReady(headers={"Retry-After": "1"})
+        return JSONResponse(error.body(), status_code=error.status_code, headers=error.headers)
+
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
         if isinstance(exc, OperationalError | InterfaceError):
@@ -184,8 +194,8 @@ def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True)
                 await session.execute(text("SELECT 1"))
         except Exception as exc:
             log.warning("readiness check failed: %r", exc)
-            error = NotReady()
-            return JSONResponse(error.body(), status_code=error.status_code)
+            error = NotReady(headers={"Retry-After": "1"})
+            return JSONResponse(error.body(), status_code=error.status_code, headers=error.headers)
         return JSONResponse({"status": "ready"})
 
     return app
