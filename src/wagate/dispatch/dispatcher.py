@@ -14,7 +14,7 @@ import os
 import socket
 import time
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -138,6 +138,7 @@ class Dispatcher:
                 await asyncio.sleep(POLL_SECONDS)
 
     async def _tick(self) -> bool:
+        started = utcnow()  # stored webhooks from before now are applied below, if they can be
         subscriptions = await self.lookups.subscriptions()
         batch = await jobs.run_webhook_batch(
             self.db,
@@ -159,13 +160,13 @@ class Dispatcher:
             # Sends orphaned by a crash are judged only once this process has listened for Meta's
             # webhooks for a whole grace period: before that, silence proves nothing.
             if time.monotonic() - self.started_at >= self.settings.unconfirmed_send_grace_seconds:
-                await self._release_unconfirmed(subscriptions)
+                await self._release_unconfirmed(subscriptions, webhooks_before=started)
             for kind in (JobKind.sync_templates, JobKind.purge_expired):
                 for job in await self._claim(kind):
                     await self._run_periodic(job)
         return busy
 
-    async def _release_unconfirmed(self, subscriptions: Subscriptions) -> None:
+    async def _release_unconfirmed(self, subscriptions: Subscriptions, *, webhooks_before: datetime) -> None:
         """Settle sends whose outcome stayed unknown too long (see sends.release_unconfirmed), except
         those a lane of this process still holds, whatever their lease says; one that cannot be
         settled is parked, not retried every second in front of the others."""
@@ -177,7 +178,7 @@ class Dispatcher:
             return
 
         def release(session: Session, job_ids: Sequence[int]) -> int:
-            return sends.release_unconfirmed(session, job_ids, subscriptions)
+            return sends.release_unconfirmed(session, job_ids, subscriptions, webhooks_before=webhooks_before)
 
         events, _ = await write_isolating(self.db, expired, release, sends.park_release)
         if sum(events):

@@ -39,6 +39,14 @@ WEBHOOK_BATCH = 500
 # not the moment. An outage of the database buries nothing (see outbox/isolation.py).
 WEBHOOK_ATTEMPTS = 3
 PURGE_INTERVAL = timedelta(hours=1)
+# How long a claim of stored Meta webhooks holds. Applying a batch takes well under a second; a body
+# claimed by a process that died waits this long (its statuses, and the resend or failure of an
+# orphaned send they would settle, wait with it: see sends.release_unconfirmed). Applied twice after a
+# stall longer than this, a body changes nothing: statuses only move forward, and a customer message
+# whose wamid is stored already is not stored again.
+WEBHOOK_LEASE_SECONDS = 30.0
+# Periodic jobs (a template sync calls Meta, page by page).
+JOB_LEASE_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
@@ -50,8 +58,10 @@ class ClaimedJob:
 
 
 def claim_jobs(
-    session: Session, *, kind: JobKind, limit: int, worker_id: str, lease_seconds: float = 300.0
+    session: Session, *, kind: JobKind, limit: int, worker_id: str, lease_seconds: float | None = None
 ) -> list[ClaimedJob]:
+    if lease_seconds is None:
+        lease_seconds = WEBHOOK_LEASE_SECONDS if kind is JobKind.meta_webhook else JOB_LEASE_SECONDS
     now = utcnow()
     due = (
         select(OutboxJob.id)
@@ -155,7 +165,7 @@ async def run_webhook_batch(
     (about twenty units for one bad body among 500), so the others are applied now, not after its
     retries. When the database goes away mid-way, the bodies are given back (due again at once);
     if even that fails, they are returned in `held`: left claimed, they would wait out their lease
-    (five minutes) after the database came back."""
+    after the database came back."""
 
     def claim(session: Session) -> list[ClaimedJob]:
         return claim_jobs(session, kind=JobKind.meta_webhook, limit=WEBHOOK_BATCH, worker_id=worker_id)

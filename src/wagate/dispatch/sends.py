@@ -324,7 +324,11 @@ def expired_sends(session: Session, *, limit: int = 500) -> list[int]:
 
 
 def release_unconfirmed(
-    session: Session, job_ids: Sequence[int], subscriptions: Subscriptions | None = None
+    session: Session,
+    job_ids: Sequence[int],
+    subscriptions: Subscriptions | None = None,
+    *,
+    webhooks_before: datetime | None = None,
 ) -> int:
     """Settle sends whose outcome stayed unknown past their grace period, with no status webhook.
 
@@ -336,6 +340,12 @@ def release_unconfirmed(
     a second time; the message fails with `upstream_unconfirmed`, so a caller polling it (or its
     `after_seconds` callback) can fall back, e.g. to SMS. Returns how many events it wrote.
     Only the rows of `job_ids` (from `expired_sends`) that are still past their time are looked at.
+
+    `webhooks_before`: when the caller applied the stored Meta webhooks it could. A stored webhook
+    from before then that still waits (claimed by a process that died, retried after a failure, or
+    beyond one batch) may hold the status that settles one of these sends: while one does, nothing
+    unsettled is decided, neither sent again (Meta would get it twice) nor failed (it may have been
+    delivered); they are looked at again on the next round.
     """
     now = utcnow()
     rows = (
@@ -351,8 +361,14 @@ def release_unconfirmed(
     ).all()
     changes: list[StatusChange] = []
     handed: list[str] = []
+    webhooks_waiting: bool | None = None  # asked once, and only if something is unsettled
     for job, message in rows:
         settled = message.upstream_message_id is not None or message.status is MessageStatus.failed
+        if not settled and webhooks_before is not None:
+            if webhooks_waiting is None:
+                webhooks_waiting = _webhooks_waiting(session, webhooks_before)
+            if webhooks_waiting:
+                continue
         resend = job.state is JobState.in_flight and not SEND_ORPHANED.exhausted(job.attempts)
         if not settled and resend and job.expires_at is not None and now >= job.expires_at:
             # Sent again it would be stale (an OTP after an outage): it fails instead.
@@ -380,6 +396,16 @@ def release_unconfirmed(
     session.flush()
     events = complete_batches(session, handed, subscriptions) if handed else 0
     return events + publish_status_changes(session, changes, subscriptions)
+
+
+def _webhooks_waiting(session: Session, before: datetime) -> bool:
+    """Whether a Meta webhook stored before `before` is still waiting to be applied."""
+    waiting = session.scalar(
+        select(OutboxJob.id)
+        .where(OutboxJob.kind == JobKind.meta_webhook, OutboxJob.created_at < before)
+        .limit(1)
+    )
+    return waiting is not None
 
 
 def park_release(session: Session, job_id: int, error: str) -> None:
