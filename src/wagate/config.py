@@ -50,6 +50,9 @@ class Settings(BaseSettings):
     # The first delay between attempts of an event delivery (the next ones grow 6-fold). Tests
     # shorten it; API.md promises the first retry within 10 s and the second within 60 s.
     event_retry_base_seconds: float = Field(5.0, gt=0, le=8)
+    # An event delivery claimed by a process that died is posted again after this (a POST takes at
+    # most 10 s, so at least 15). Crash tests shorten it.
+    event_lease_seconds: float = Field(60.0, ge=15)
     # Finished deliveries and their attempts stay readable this long, then a periodic job purges them.
     delivery_retention_days: int = Field(7, ge=1)
     # A batch is refused (429 `rate_limited`, with Retry-After) while the channel's bulk sends still

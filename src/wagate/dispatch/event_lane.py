@@ -40,8 +40,6 @@ MAX_IN_FLIGHT = 256
 # endpoints hang for their full 10 s gets its share of the lane, never the whole of it.
 MIN_ACCOUNT_SHARE = 8
 REPORT_CHECK_SECONDS = 0.2
-# A claimed delivery whose process died is sent again after this (the call itself takes at most 10 s).
-LEASE_SECONDS = 60.0
 
 
 class EventLane:
@@ -52,6 +50,8 @@ class EventLane:
         self.worker_id = deps.worker_id
         self.poster = EventPoster(allow_private=settings.allow_private_urls, pool_limit=MAX_IN_FLIGHT)
         self.retry = replace(EVENT_DELIVERY, base_delay=settings.event_retry_base_seconds)
+        # A claimed delivery whose process died is sent again after this (WAGATE_EVENT_LEASE_SECONDS).
+        self.lease_seconds = settings.event_lease_seconds
         self.disable = deliveries.DisablePolicy(
             settings.webhook_disable_after_failures, settings.webhook_disable_after_seconds
         )
@@ -101,7 +101,7 @@ class EventLane:
 
         def claim(session: Session) -> list[deliveries.ClaimedDelivery]:
             return deliveries.claim_deliveries(
-                session, limit=limit, worker_id=self.worker_id, lease_seconds=LEASE_SECONDS, fair=fair
+                session, limit=limit, worker_id=self.worker_id, lease_seconds=self.lease_seconds, fair=fair
             )
 
         claimed = await self.db.write(claim)
