@@ -1,6 +1,7 @@
 """Imports every model so that `Base.metadata` is complete (Alembic and tests use this)."""
 
 from wagate.accounts.models import Account, ApiKey, Role, User
+from wagate.audit.models import AuditEntry
 from wagate.bulk.models import Batch, BatchRecipient, BatchStatus
 from wagate.channels.models import Channel, ChannelMember
 from wagate.conversations.models import Contact, Conversation, ConversationStatus
@@ -15,6 +16,7 @@ from wagate.templates.models import Template
 __all__ = [
     "Account",
     "ApiKey",
+    "AuditEntry",
     "Base",
     "Batch",
     "BatchRecipient",
