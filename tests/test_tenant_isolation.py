@@ -87,6 +87,8 @@ QUERY_KINDS: dict[str, tuple[str, ...]] = {
     "webhook_id": ("webhook",),
     "message_id": ("message",),
     "conversation_id": ("conversation",),
+    "name": ("template",),
+    "template": ("template",),
     "user_id": ("user",),
     "key_id": ("key",),
 }
