@@ -1249,6 +1249,48 @@ def walk_live(
     return heard
 
 
+def check_events(gateway: Gateway, a: AccountA, receiver: Receiver, failures: list[str]) -> int:
+    """B's webhooks (made by B's walkers, legitimately, at `/isob-*`) hear B's messages and nothing
+    of A's: A sends one more OTP once they exist, and A's own webhook hears it. Returns the posts read."""
+    code = a.mark(
+        "94" + "".join(secrets.choice("0123456789") for _ in range(8)), "main", "an OTP code sent last"
+    )
+    ours = gateway.send(
+        {
+            "phone_number": new_number(),
+            "template": {"name": "otp_code", "language": "en", "parameters": [code]},
+        }
+    )
+    assert ours.status_code == 201, ours.text
+    a.mark(ours.json()["id"], "main", "the id of an OTP sent last")
+    theirs = gateway.http.post(
+        gateway.v1("/whatsapp/messages", gateway.ids["globex"]),
+        json={
+            "channel_id": gateway.ids["globex_channel"],
+            "phone_number": new_number(),
+            "template": {"name": "otp_code", "language": "en", "parameters": ["123456"]},
+        },
+        headers=gateway.headers(OTHER_TOKEN),
+    )
+    assert theirs.status_code == 201, theirs.text
+    hook = next(m for m, v in a.markers.items() if v[1] == "A's webhook URL").rsplit("/", 1)[1]
+    wait_for(
+        lambda: any(ours.json()["id"] in r.body.decode() for r in receiver.received(hook)),
+        what="A's webhook to hear A's last OTP",
+    )
+    wait_for(
+        lambda: any(theirs.json()["id"] in r.body.decode() for r in receiver.received("isob-hook")),
+        what="B's webhook to hear B's OTP",
+    )
+    posts = [r for path in ("isob-hook", "isob-example") for r in receiver.received(path)]
+    for post in posts:
+        body = post.body.decode()
+        for marker, (_, what) in a.markers.items():
+            if marker in body:
+                failures.append(f"LEAK webhook /{post.path}: B's webhook was posted {what} ({marker!r})")
+    return len(posts)
+
+
 # --- the test ----------------------------------------------------------------------------------------
 
 
@@ -1318,6 +1360,7 @@ def test_no_walker_finds_or_touches_the_first_accounts_data(
         # Last, as it adds to A's data: the live stream, while A's customers write.
         control.failures = failures
         heard = walk_live(gateway, a, [*walks, control], sessions)
+        posts = check_events(gateway, a, receiver, failures)
     finally:
         for client in sessions.values():
             client.close()
@@ -1345,7 +1388,7 @@ def test_no_walker_finds_or_touches_the_first_accounts_data(
     assert not stale, f"NOT_WALKED names routes the app no longer has: {stale}"
 
     assert not failures, f"[{backend}] {len(failures)} isolation failures:\n" + "\n".join(failures[:60])
-    print(f"\n[{backend}] requests per walker: {dict(counts)}")
+    print(f"\n[{backend}] requests per walker: {dict(counts)}; posts to B's webhooks read: {posts}")
     for walk in walks:
         print(f"[{backend}] {walk.actor.name}: answers by status {dict(sorted(walk.statuses.items()))}")
     print(f"[{backend}] walked: {sorted(wanted_api | wanted_pages)}")
