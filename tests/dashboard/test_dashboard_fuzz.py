@@ -36,6 +36,7 @@ SEPARATELY = {("POST", "/login"), ("POST", "/logout"), ("GET", "/live")}
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 FIELD_NAMES = re.compile(r'name="([A-Za-z_][\w.\[\]-]*)"')
 QUERY_NAMES = re.compile(r"[?&;](?:amp;)?([A-Za-z_]\w*)=")
+FORMS = re.compile(r'<form[^>]*action="([^"]+)"[^>]*>(.*?)</form>', re.DOTALL)
 LINKED_IDS = re.compile(r'href="/[\w/-]*?/(\d+)')
 
 ODD_TEXT = st.sampled_from(
@@ -92,11 +93,21 @@ class Vocabulary:
     fields: set[str] = field(default_factory=set)
     queries: set[str] = field(default_factory=set)
     ids: set[str] = field(default_factory=set)
+    # The fields of each form, by the path it posts to (`/settings/api-keys/3/revoke`).
+    forms: dict[str, set[str]] = field(default_factory=dict)
 
     def learn(self, html: str) -> None:
         self.fields |= set(FIELD_NAMES.findall(html))
         self.queries |= set(QUERY_NAMES.findall(html))
         self.ids |= set(LINKED_IDS.findall(html))
+        for action, inner in FORMS.findall(html):
+            path = action.split("?", 1)[0]
+            self.forms.setdefault(path, set()).update(FIELD_NAMES.findall(inner))
+
+    def fields_of(self, template: str) -> list[str]:
+        """The fields of every form that posts to the route `template` (ids in it match any)."""
+        pattern = re.compile("^" + re.sub(r"\\{\w+\\}", "[^/]+", re.escape(template)) + "$")
+        return sorted({name for path, names in self.forms.items() if pattern.match(path) for name in names})
 
 
 @dataclass
@@ -184,12 +195,17 @@ def test_no_dashboard_route_answers_5xx_to_any_input(
     tried: list[tuple[str, str]] = []
 
     def fuzz(route: tuple[str, str]) -> None:
+        own = vocabulary.fields_of(route[1]) if route[0] == "POST" else []
+        own_fields = st.fixed_dictionaries({}, optional={name: VALUES for name in own})
+
         @settings(
-            max_examples=6 * SCALE, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+            max_examples=10 * SCALE, deadline=None, database=None, suppress_health_check=list(HealthCheck)
         )
         @given(
             query=st.dictionaries(names, VALUES.map(lambda v: v[:3000]), max_size=4),
-            form=st.dictionaries(names, VALUES, max_size=6),
+            form=st.tuples(own_fields, st.dictionaries(names, VALUES, max_size=3)).map(
+                lambda pair: {**pair[1], **pair[0]}
+            ),
             csrf=st.sampled_from(["real", "real", "real", "none", "wrong"]),
             data=st.data(),
         )

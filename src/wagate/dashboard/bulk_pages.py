@@ -33,6 +33,7 @@ from wagate.dashboard.web import (
 )
 from wagate.deps import GatewayDep
 from wagate.errors import InvalidRequest, WagateError
+from wagate.limits import parse_id
 from wagate.messages.schemas import TemplateRef, format_amount
 from wagate.templates.render import render_message_template
 
@@ -149,13 +150,18 @@ def recipients_of(text: str, variables: list[str], shared: dict[str, str]) -> li
     ]
 
 
+def _inbox_of(fields: dict[str, Any]) -> int:
+    """The chosen inbox's channel id; 0 (none chosen, refused as such) for anything that is no id."""
+    return parse_id(str(fields.get("inbox") or "")) or 0
+
+
 def _request_of(fields: dict[str, Any], variables: list[str]) -> SendBulkRequest:
     name, _, language = str(fields.get("template", "")).partition("|")
     shared = {k.removeprefix("var:"): str(v) for k, v in fields.items() if k.startswith("var:") and v}
     text = str(fields.get("csv_file") or fields.get("recipients") or "")
     try:
         return SendBulkRequest(
-            channel_id=int(fields.get("inbox", 0)),
+            channel_id=_inbox_of(fields),
             template=TemplateRef(name=name, language=language),
             recipients=recipients_of(text, variables, shared),
         )
@@ -168,7 +174,7 @@ async def _bulk_request(gateway: GatewayDep, user: SessionUser, fields: dict[str
 
     The inbox is checked first, as the API checks `channel_id`: the columns' refusal names the
     template's variables, which must not tell anyone about another account's (or inbox's) templates."""
-    inbox = int(fields.get("inbox") or 0)
+    inbox = _inbox_of(fields)
     if inbox:
         async with gateway.db.read() as session:
             await channel_for_member(session, principal=user.principal, channel_id=inbox)
@@ -181,7 +187,7 @@ async def _bulk_request(gateway: GatewayDep, user: SessionUser, fields: dict[str
 async def preview(request: Request, gateway: GatewayDep, user: Administrator) -> Response:
     """Every check of a real batch, nothing stored: the count, the cost and the first message."""
     fields = await _bulk_form(request, user)
-    inbox = int(fields.get("inbox") or 0)
+    inbox = _inbox_of(fields)
     try:
         body = await _bulk_request(gateway, user, fields)
         batch = await prepare_batch(
@@ -224,7 +230,7 @@ async def preview(request: Request, gateway: GatewayDep, user: Administrator) ->
 @router.post("/bulk")
 async def send_batch(request: Request, gateway: GatewayDep, user: Administrator) -> Response:
     fields = await _bulk_form(request, user)
-    inbox = int(fields.get("inbox") or 0)
+    inbox = _inbox_of(fields)
     try:
         body = await _bulk_request(gateway, user, fields)
         accepted = await accept_batch(gateway, principal=user.principal, request=body, idem=None)
