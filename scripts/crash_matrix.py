@@ -56,7 +56,7 @@ def main() -> int:
     parser.add_argument(
         "--settle",
         type=float,
-        default=360.0,
+        default=180.0,
         help="seconds a run may take to settle (a claim of a killed process can hold work for its lease)",
     )
     parser.add_argument("--work", type=Path, default=None, help="directory for databases and logs")
