@@ -139,6 +139,9 @@ class GatewayStack:
             "WAGATE_META_APP_SECRET": self.app_secret,
             "WAGATE_SECRET_KEY": fernet_key(),
             "WAGATE_LOG_LEVEL": self.log_level,
+            # The bench drives one process to its capacity with one API key, past the default rate per
+            # key (1000/s, docs/security.md); a deployment that sends that fast from one key does the same.
+            "WAGATE_API_KEY_REQUESTS_PER_SECOND": "0",
             **self.extra_env,
         }
         wagate = wagate_command()
