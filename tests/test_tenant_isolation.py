@@ -1177,19 +1177,19 @@ def fill(path: str, names: list[str], kinds: list[str], values: dict[str, str]) 
 # --- the live stream ---------------------------------------------------------------------------------
 
 
-def read_live(client: httpx.Client, seconds: float, ready: threading.Event, out: list[str]) -> None:
-    """What `/live` sends within `seconds` of opening (a bounded read of an endless stream)."""
-    deadline = time.monotonic() + seconds
+def read_live(client: httpx.Client, ready: threading.Event, stop: threading.Event, out: list[str]) -> None:
+    """What `/live` sends until `stop` (a bounded read of an endless stream: the first chunk after
+    `stop` ends it; 30 s of silence too)."""
     try:
-        with client.stream("GET", "/live", timeout=httpx.Timeout(10, read=seconds)) as stream:
+        with client.stream("GET", "/live", timeout=httpx.Timeout(10, read=30)) as stream:
             for chunk in stream.iter_text():
+                if stop.is_set():
+                    break
                 out.append(chunk)
                 if "event: ready" in "".join(out):
                     ready.set()
-                if time.monotonic() > deadline:
-                    break
     except httpx.ReadTimeout:
-        pass  # nothing more within `seconds`: the read is over
+        pass
     finally:
         ready.set()
 
@@ -1212,10 +1212,11 @@ def walk_live(
     each hears only its own inboxes' conversations and is shown no marker it may not see."""
     outs: dict[str, list[str]] = {w.actor.name: [] for w in walks}
     readies = {w.actor.name: threading.Event() for w in walks}
+    stop = threading.Event()
     threads = [
         threading.Thread(
             target=read_live,
-            args=(sessions[w.actor.name], 6.0, readies[w.actor.name], outs[w.actor.name]),
+            args=(sessions[w.actor.name], readies[w.actor.name], stop, outs[w.actor.name]),
             daemon=True,
         )
         for w in walks
@@ -1229,8 +1230,25 @@ def walk_live(
         writer = a.values("number", [scope])[0]
         text = a.mark(f"isoa{scope}{tag}-live-text", scope, f"{scope}'s customer message while streaming")
         gateway.sim.inbound(channel["phone_number_id"], writer, text)
+    # Until A's administrator heard both inboxes (every stream is told at the same moment), and a second.
+    control = next(w.actor.name for w in walks if w.actor is CONTROL)
+    both = {str(gateway.ids["main"]), str(gateway.ids["second"])}
+    wait_for(
+        lambda: both <= {str(c.get("channel_id")) for c in live_changes("".join(outs[control]))},
+        timeout=20,
+        what="A's administrator to hear both inboxes on /live",
+    )
+    time.sleep(1.0)
+    stop.set()
+    # Wake every stream so that it reads `stop`: a customer writes to each inbox, B's included.
+    for channel, number in (
+        (GLOBEX, new_number()),
+        (MAIN, a.values("number", ["main"])[0]),
+        (SECOND, a.values("number", ["second"])[0]),
+    ):
+        gateway.sim.inbound(channel["phone_number_id"], number, "isob wake up")
     for thread in threads:
-        thread.join(15)
+        thread.join(35)
     heard: dict[str, list[dict[str, Any]]] = {}
     for walk in walks:
         text = "".join(outs[walk.actor.name])
