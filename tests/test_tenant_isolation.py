@@ -63,10 +63,7 @@ _CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')
 # Routes outside the walk, each with its reason. Anything else the app serves is walked.
 NOT_WALKED = {
     ("GET", "/static"): "the dashboard's own CSS/JS files: no account data",
-    (
-        "GET",
-        "/login",
-    ): "the sign-in form: served before any session, no account data (tests/dashboard/test_sign_in.py)",
+    ("GET", "/login"): "the sign-in form, served before any session: no account data",
     ("POST", "/login"): "signing in takes no ids; its rules are tests/dashboard/test_sign_in.py's",
     ("POST", "/logout"): "ends the walker's own session and takes no ids",
     ("GET", "/webhooks/whatsapp"): "Meta's verification handshake: a token of the deployment, no account",
@@ -294,6 +291,7 @@ def make_account_a(gateway: Gateway, receiver: Receiver, admin_session: httpx.Cl
         )
         inbound.raise_for_status()
         a.mark(inbound.json()["wamid"], scope, f"{scope}'s inbound wamid", shown=False)
+        a.add("text", scope, f"Isoa{scope}{tag}")  # a search for the customer's name
         a.add("user_id_bsuid", scope, inbound.json()["user_id"])
         window = gateway.v1("/whatsapp/messages/window")
         asked = {"channel_id": channel_id, "phone_number": writer}
