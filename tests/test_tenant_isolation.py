@@ -883,6 +883,29 @@ def walk_lists_again(walk: Walk, spec: dict[str, Any], routes: list[PageRoute], 
             judge(walk, f"PAGE GET {route.path} (again)", answer, "", "GET", False, True, False)
 
 
+def check_usage(walk: Walk) -> None:
+    """The walker's usage counts exactly the messages it may list (its inboxes' in its account): none
+    of A's (or of the other inbox's) is summed in, which no marker would show."""
+    http, headers = walk.gateway.http, {"Authorization": f"Bearer {walk.actor.token}"}
+    base = f"{walk.gateway.url}/v1/accounts/{walk.own('account')[0]}"
+    listed: list[str] = []
+    query: dict[str, str] = {"limit": "200"}
+    while True:
+        page = call(walk, http, "GET", f"{base}/whatsapp/messages", params=query, headers=headers)
+        assert page is not None and page.status_code == 200, f"{walk.actor.name} lists its messages"
+        listed += [m["id"] for m in page.json()["data"]]
+        if not page.json()["next_before"]:
+            break
+        query["before"] = page.json()["next_before"]
+    usage = call(walk, http, "GET", f"{base}/usage", headers=headers)
+    assert usage is not None and usage.status_code == 200, f"{walk.actor.name} reads its usage"
+    counted = usage.json()["total"]["messages"]
+    if counted != len(listed):
+        walk.failures.append(
+            f"USAGE {walk.actor.name}: usage counts {counted} messages, the walker may list {len(listed)}"
+        )
+
+
 def walk_customers(walk: Walk) -> None:
     """A's customers as seen from the walker's own inbox: a number that wrote only to A has no open
     window there, and A's business-scoped user ids name no one in the walker's account (a dry run
@@ -1357,6 +1380,7 @@ def test_no_walker_finds_or_touches_the_first_accounts_data(
     before = settle(gateway)
     assert before["messages"] and before["simulator"] and before["delivery_attempts"], "A's data is there"
     failures: list[str] = []
+    control.failures = failures
     walks = [Walk(actor, a, gateway, failures, counts) for actor in ACTORS]
     sessions = {actor.name: session_of(gateway, actor) for actor in ACTORS}
     sessions[CONTROL.name] = admin
@@ -1367,6 +1391,8 @@ def test_no_walker_finds_or_touches_the_first_accounts_data(
             walk_dashboard(walk, routes, sessions[walk.actor.name], receiver.url("").rstrip("/"))
         for walk in walks:
             walk_lists_again(walk, spec, routes, sessions[walk.actor.name])
+        for walk in [*walks, control]:
+            check_usage(walk)
         after = settle(gateway)
         for table in before:
             if before[table] != after[table]:
@@ -1374,7 +1400,6 @@ def test_no_walker_finds_or_touches_the_first_accounts_data(
                 new = sorted(set(after[table]) - set(before[table]))[:3]
                 failures.append(f"CHANGED A's {table} after the walk: before {gone} after {new}")
         # Last, as it adds to A's data: the live stream, while A's customers write.
-        control.failures = failures
         heard = walk_live(gateway, a, [*walks, control], sessions)
         posts = check_events(gateway, a, receiver, failures)
     finally:
