@@ -558,13 +558,9 @@ class Walk:
     gateway: Gateway
     failures: list[str]
     counts: Counter[str]
-    seen: set[str] = field(default_factory=set)  # markers this walker was shown (the control's)
+    seen: set[str] = field(default_factory=set)  # every marker this walker was shown
     covered: set[tuple[str, str]] = field(default_factory=set)
     statuses: Counter[int] = field(default_factory=Counter)
-
-    @property
-    def forbidden(self) -> dict[str, tuple[str, str]]:
-        return {m: v for m, v in self.a.markers.items() if v[0] in self.actor.forbidden_scopes}
 
     @property
     def foreign_scopes(self) -> set[str]:
