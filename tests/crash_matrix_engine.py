@@ -60,6 +60,7 @@ from gateway_process import (
 )
 from receiver import Receiver
 from support import ADMIN_TOKEN, Simulator, new_number, postgres_admin_url, provision_file
+from wagate.cache import DEFAULT_TTL_SECONDS as SUBSCRIPTIONS_CACHE_SECONDS
 
 HEADERS = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 EVENTS = ["message_created", "message_updated", "batch_completed"]
@@ -710,6 +711,9 @@ def run_scenario(
                 )
                 assert created.status_code == 201, created.text
                 secret = created.json()["secret"]
+                # Other processes see a new webhook when their cache of subscriptions expires: events of
+                # changes they write before that are not for it (it did not exist for them yet).
+                time.sleep(SUBSCRIPTIONS_CACHE_SECONDS + 0.5)
                 for n, channel in enumerate(channels, start=1):
                     rng = random.Random(f"{seed}:{scenario.name}:{n}")
                     log(f"{scenario.name} run {n}/{runs} ({scenario.describe()})")
