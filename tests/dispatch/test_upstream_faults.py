@@ -96,6 +96,7 @@ def clean_switches(faulty_sim: Simulator) -> Iterator[None]:
         rate_limit_per_second=None,
         response_latency_seconds=0,
         fail_next={"count": 0, "code": 0},
+        fault_next=[],  # faults a failed test left unused
     )
 
 

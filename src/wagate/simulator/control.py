@@ -11,7 +11,8 @@
   that HTTP status, 408 accepts but replies late, other codes answer Meta's error with that code),
   ``fault_next {count, kind, to?, phone_number_id?}`` or a list of them (connection faults, see
   :class:`~wagate.simulator.state.ConnectionFault`: ``reset_before|after``, ``close_before|after``,
-  ``hang_before|after``; each entry is added to those waiting, a send takes the first that matches),
+  ``hang_before|after``; each entry is added to those waiting, a send takes the first that matches;
+  an empty list drops those waiting),
   ``answer_wamid_next {to, wamid}`` (the next send to ``to`` is answered with that wamid, as an
   upstream that repeats an id it gave before would),
   ``slow_response_seconds``, ``response_latency_seconds``, ``webhook_retry_total|initial|cap``,
@@ -176,6 +177,8 @@ def build_control_router(state: SimulatorState, sender: WebhookSender) -> APIRou
             state.fail_next = InjectedFailure(fail.count, fail.code, to, fail.phone_number_id)
         if patch.fault_next is not None:
             given_faults = patch.fault_next if isinstance(patch.fault_next, list) else [patch.fault_next]
+            if not given_faults:  # an empty list drops every entry still waiting
+                state.faults.clear()
             for item in given_faults:
                 if item.count > 0:
                     to = _recipient_key(item.to) if item.to else None
