@@ -280,3 +280,22 @@ def test_the_sign_in_form_gets_no_5xx_for_any_input(
             assert_no_5xx(response, "POST", "/login", form)
 
         sign_in()
+
+
+def test_a_page_address_that_does_not_validate_is_the_error_page(
+    fuzzed: tuple[Gateway, Vocabulary, dict[str, Session]],
+) -> None:
+    """A browser gets the dashboard's error page for a bad id or cursor in a page's address (the API
+    keeps its JSON error body: tests/api/test_hostile_input.py)."""
+    _, _, sessions = fuzzed
+    session = sessions["admin"]
+    for path in (
+        "/settings/api-keys?before=abc",
+        "/settings/audit?before=abc",
+        "/conversations/abc",
+        f"/settings/api-keys?before={2**40}",
+    ):
+        page = session.client.get(path)
+        assert page.status_code == 422, (path, page.status_code)
+        assert page.headers["content-type"].startswith("text/html"), (path, page.text[:200])
+        assert "Sign out" in page.text

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
+
 from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
@@ -16,9 +19,12 @@ from wagate.dashboard import (
 )
 from wagate.dashboard.routes import form_refused, router
 from wagate.dashboard.web import STATIC, FormRefused, SignInRequired, error_page, login_redirect
-from wagate.errors import AdministratorRequired
+from wagate.errors import AdministratorRequired, InvalidRequest
 
 __all__ = ["install_dashboard"]
+
+# What is not a dashboard page: the API, Meta's receiver, the API's documents.
+NOT_PAGES = ("/v1/", "/webhooks/", "/openapi", "/docs", "/redoc")
 
 
 def install_dashboard(app: FastAPI) -> None:
@@ -31,9 +37,22 @@ def install_dashboard(app: FastAPI) -> None:
     @app.exception_handler(AdministratorRequired)
     async def _administrators_only(request: Request, exc: AdministratorRequired) -> Response:
         # Pages render it; the API answers its JSON error body as everywhere else.
-        if request.url.path.startswith("/v1/"):
+        if request.url.path.startswith(NOT_PAGES):
             return JSONResponse(exc.body(), status_code=exc.status_code)
         return error_page(request, exc)
+
+    api_invalid = app.exception_handlers[RequestValidationError]
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> Response:
+        # A page's address that does not validate (an id out of range, a cursor that is no number):
+        # the error page, not the API's JSON body, which everything else still gets.
+        if request.url.path.startswith(NOT_PAGES):
+            answered = api_invalid(request, exc)
+            return await answered if inspect.isawaitable(answered) else answered
+        return error_page(
+            request, InvalidRequest("This address is not valid: a number or filter in it is not.")
+        )
 
     @app.exception_handler(SignInRequired)
     async def _sign_in(request: Request, _: SignInRequired) -> Response:

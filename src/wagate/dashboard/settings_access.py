@@ -32,12 +32,12 @@ from wagate.dashboard import views
 from wagate.dashboard.web import current_administrator, error_page, posted_form, render
 from wagate.deps import Gateway, GatewayDep
 from wagate.errors import ChannelNotFound, InvalidRequest, WagateError
-from wagate.limits import parse_id
+from wagate.limits import MAX_BIG_ID, MAX_ID, parse_id
 from wagate.templates.service import request_template_sync, template_page, template_sync_states
 
 router = APIRouter(include_in_schema=False)
 Administrator = Annotated[SessionUser, Depends(current_administrator)]
-Cursor = Annotated[int | None, Query(ge=1, le=2**63 - 1)]
+Cursor = Annotated[int | None, Query(ge=1, le=MAX_ID)]
 
 KEYS_PER_PAGE = 50
 AUDIT_ENTRIES_PER_PAGE = 50
@@ -268,7 +268,7 @@ async def audit_log(
     request: Request,
     gateway: GatewayDep,
     user: Administrator,
-    before: Cursor = None,
+    before: Annotated[int | None, Query(ge=1, le=MAX_BIG_ID)] = None,  # audit entries have BIGINT ids
     action: Annotated[str | None, Query(max_length=60)] = None,
 ) -> HTMLResponse:
     """Who changed what, newest first, `AUDIT_ENTRIES_PER_PAGE` at a time (the API's list_audit_log)."""
