@@ -119,13 +119,18 @@ class Dispatcher:
         await self.ownership.close()
 
     async def _run(self) -> None:
-        await self.db.write(
-            lambda s: jobs.ensure_periodic_jobs(
-                s, template_sync_interval=self.settings.template_sync_interval_seconds
-            )
-        )
+        periodic_ensured = False
         while True:
             try:
+                if not periodic_ensured:
+                    # In the loop: a failure here (the database not up yet) is tried again, not the
+                    # silent end of the dispatcher while the process lives on.
+                    await self.db.write(
+                        lambda s: jobs.ensure_periodic_jobs(
+                            s, template_sync_interval=self.settings.template_sync_interval_seconds
+                        )
+                    )
+                    periodic_ensured = True
                 self._wake.clear()
                 busy = await self._tick()
                 if not busy:
