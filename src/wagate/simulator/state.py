@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from wagate.simulator.payloads import StatusUpdate
 
 RATE_WINDOW_SECONDS = 1.0
+# How many of the statuses handed out `/_sim/webhook_burst` can post again.
+STATUSES_KEPT = 100_000
 
 
 @dataclass
@@ -180,7 +182,8 @@ class SimulatorState:
         self.faults: list[InjectedFault] = []
         # Every status the walks of accepted sends handed out (once, whatever the duplicates), for
         # ``/_sim/webhook_burst``.
-        self.statuses_sent: list[StatusUpdate] = []
+        # The last STATUSES_KEPT only: a long sandbox run must not grow without end.
+        self.statuses_sent: deque[StatusUpdate] = deque(maxlen=STATUSES_KEPT)
         # ``answer_wamid_next``: recipient digits (or user id) -> the wamid its next send is answered with.
         self.wamid_next: dict[str, str] = {}
         self.counters = WebhookCounters()
