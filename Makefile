@@ -34,7 +34,8 @@ test: $(STAMP) $(TOOLS_STAMP)
 # The generated-input tests of `make test`, twenty times as long (docs/reliability.md, "Bad input").
 fuzz: $(STAMP)
 	WAGATE_FUZZ_EXAMPLES=$${WAGATE_FUZZ_EXAMPLES:-20} $(BIN)/pytest -p no:cacheprovider --timeout 3600 \
-		tests/api/test_openapi_contract.py tests/whatsapp/test_webhook_fuzz.py tests/dashboard/test_dashboard_fuzz.py
+		tests/api/test_openapi_contract.py tests/api/test_header_fuzz.py tests/whatsapp/test_webhook_fuzz.py \
+		tests/dashboard/test_dashboard_fuzz.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

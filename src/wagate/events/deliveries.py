@@ -308,37 +308,29 @@ def _track_webhook_health(
         if not webhook.enabled:
             continue
         if a.result.status_code == GONE:
-            disabled.append(webhook.id)
-            webhook.enabled = False
-            webhook.disabled_reason = f"Disabled at {isoformat(now)}: the endpoint answered 410 Gone."
-            record(
-                session,
-                SYSTEM,
-                account_id=webhook.account_id,
-                action=AuditAction.webhook_disabled,
-                target_type="webhook",
-                target_id=webhook.id,
-                changes={"reason": webhook.disabled_reason},
-            )
+            reason = f"Disabled at {isoformat(now)}: the endpoint answered 410 Gone."
         elif (
             webhook.consecutive_failures >= disable.after_failures
             and (now - webhook.failing_since).total_seconds() >= disable.after_seconds
         ):
-            disabled.append(webhook.id)
-            webhook.enabled = False
-            webhook.disabled_reason = (
+            reason = (
                 f"Disabled at {isoformat(now)} after {webhook.consecutive_failures} failed attempts in a row "
                 f"since {isoformat(webhook.failing_since)}; the last one: {a.result.error}."
             )[:500]
-            record(
-                session,
-                SYSTEM,
-                account_id=webhook.account_id,
-                action=AuditAction.webhook_disabled,
-                target_type="webhook",
-                target_id=webhook.id,
-                changes={"reason": webhook.disabled_reason},
-            )
+        else:
+            continue
+        disabled.append(webhook.id)
+        webhook.enabled = False
+        webhook.disabled_reason = reason
+        record(
+            session,
+            SYSTEM,
+            account_id=webhook.account_id,
+            action=AuditAction.webhook_disabled,
+            target_type="webhook",
+            target_id=webhook.id,
+            changes={"reason": reason},
+        )
     session.flush()
     cancel_pending(session, disabled)
 
