@@ -29,6 +29,7 @@ from wagate.limits import KeyRateLimiter, RequestGuard
 from wagate.live import LiveHub
 from wagate.lookups import Lookups
 from wagate.messages.endpoints import router as messages_router
+from wagate.migrate import head_revision
 from wagate.openapi import operation_id
 from wagate.responses import FastJSONResponse as JSONResponse
 from wagate.security import secret_box_for
@@ -186,16 +187,31 @@ def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True)
         """Liveness: the process answers."""
         return {"status": "ok"}
 
+    schema_head = head_revision()  # read once: the files do not change under a running process
+
     @app.get("/readyz", include_in_schema=False)
     async def readyz(gateway: GatewayDep) -> JSONResponse:
-        """Readiness: the database answers (503 `not_ready` otherwise)."""
+        """Readiness: the database answers, its schema is the one this code needs, and the dispatcher
+        runs where this process runs one (503 `not_ready` saying which, otherwise)."""
         try:
             async with gateway.db.read() as session:
-                await session.execute(text("SELECT 1"))
+                schema = (await session.execute(text("SELECT version_num FROM alembic_version"))).scalar()
         except Exception as exc:
             log.warning("readiness check failed: %r", exc)
-            error = NotReady(headers={"Retry-After": "1"})
-            return JSONResponse(error.body(), status_code=error.status_code, headers=error.headers)
-        return JSONResponse({"status": "ready"})
+            return _not_ready("The database cannot be reached.")
+        if schema != schema_head:
+            return _not_ready(
+                f"The database schema is at {schema or 'nothing'}, this code needs {schema_head}:"
+                " run `wagate migrate`."
+            )
+        if run_dispatcher and not gateway.dispatcher.running:
+            return _not_ready("The dispatcher of this process has stopped: restart it.")
+        dispatcher = "running" if run_dispatcher else "not in this process"
+        return JSONResponse({"status": "ready", "schema": schema_head, "dispatcher": dispatcher})
 
     return app
+
+
+def _not_ready(message: str) -> JSONResponse:
+    error = NotReady(message, headers={"Retry-After": "1"})
+    return JSONResponse(error.body(), status_code=error.status_code, headers=error.headers)

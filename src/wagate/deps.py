@@ -39,6 +39,10 @@ class Dispatch(Protocol):
     def wake_events(self) -> None:
         """Events were written: deliver them now."""
 
+    @property
+    def running(self) -> bool:
+        """Whether its loop is alive (readiness)."""
+
 
 @dataclass(frozen=True)
 class Gateway:

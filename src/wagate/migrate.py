@@ -7,6 +7,7 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from alembic.script import ScriptDirectory
 
 from wagate.db import sqlite_path
 
@@ -31,3 +32,10 @@ def migrate(url: str) -> None:
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
     command.upgrade(alembic_config(url), "head")
+
+
+def head_revision() -> str:
+    """The revision this code's schema is at (the newest migration it carries)."""
+    head = ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+    assert head is not None, "the package carries no migrations"
+    return head

@@ -115,4 +115,4 @@ def test_openapi_is_published(gateway: Gateway) -> None:
 
 def test_health_and_readiness(gateway: Gateway) -> None:
     assert gateway.http.get(f"{gateway.url}/healthz").json() == {"status": "ok"}
-    assert gateway.http.get(f"{gateway.url}/readyz").json() == {"status": "ready"}
+    assert gateway.http.get(f"{gateway.url}/readyz").json()["status"] == "ready"
