@@ -63,11 +63,10 @@ def serve(
 
         run_migrations(settings.database_url)
     from wagate.app import create_app
-    from wagate.serving import uvicorn_options
+    from wagate.serving import DrainingServer, uvicorn_options
 
-    uvicorn.run(
-        create_app(settings, run_dispatcher=dispatcher), host=host, port=port, **uvicorn_options(settings)
-    )
+    app = create_app(settings, run_dispatcher=dispatcher)
+    DrainingServer(uvicorn.Config(app, host=host, port=port, **uvicorn_options(settings))).run()
 
 
 @app.command()

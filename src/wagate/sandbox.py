@@ -18,7 +18,7 @@ from wagate.migrate import migrate
 from wagate.operations import run_provision
 from wagate.provisioning import AccountSpec, ApiKeySpec, ChannelSpec, ProvisionFile, UserSpec
 from wagate.security import new_api_token
-from wagate.serving import uvicorn_options
+from wagate.serving import DrainingServer, uvicorn_options
 from wagate.simulator.app import create_simulator_app
 from wagate.simulator.server import base_url_of, serve_in_background
 from wagate.simulator.state import SimulatorConfig
@@ -95,7 +95,7 @@ async def run_sandbox(settings: Settings, *, host: str, port: int) -> None:
         file=sys.stderr,
         flush=True,
     )
-    server = uvicorn.Server(
+    server = DrainingServer(
         uvicorn.Config(create_app(settings), host=host, port=port, **uvicorn_options(settings))
     )
     try:

@@ -16,10 +16,16 @@ has its own deadline (`RequestGuard` in `wagate.limits`). Every refusal is the c
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
+import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.server import HANDLED_SIGNALS
 
 from wagate.config import Settings
 from wagate.errors import HeadersTooLarge, NotHttp, RequestTimeout, WagateError
@@ -147,6 +153,28 @@ def guarded_protocol(settings: Settings) -> type[GuardedHttpProtocol]:
             "header_timeout_seconds": settings.header_timeout_seconds,
         },
     )
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server, except that a SIGTERM (or SIGINT) it has drained ends the process with 0.
+
+    On the signal uvicorn stops taking connections, lets the requests under way finish, and runs the
+    app's shutdown (the dispatcher finishes its upstream calls, records them and gives back what it
+    claimed). Then stock uvicorn raises the signal again, so the process dies of it (exit -15); a stop
+    that went as planned is a success for the supervisor (systemd, an orchestrator), so it exits 0.
+    """
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        original = {sig: signal.signal(sig, self.handle_exit) for sig in HANDLED_SIGNALS}
+        try:
+            yield
+        finally:
+            for sig, handler in original.items():
+                signal.signal(sig, handler)
 
 
 def uvicorn_options(settings: Settings) -> dict[str, Any]:
