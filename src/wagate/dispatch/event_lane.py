@@ -83,8 +83,11 @@ class EventLane:
             try:
                 self.wake_event.clear()
                 if not await self._round():
+                    # Asked first: when the database is away it raises, and a wait made before it would
+                    # be left unawaited.
+                    idle = await self._idle_seconds()
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self.wake_event.wait(), timeout=await self._idle_seconds())
+                        await asyncio.wait_for(self.wake_event.wait(), timeout=idle)
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
