@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
@@ -8,7 +8,7 @@ from wagate.bulk.completion import template_view
 from wagate.bulk.models import BatchReport
 from wagate.db import isoformat
 from wagate.limits import BodyId, RequestBody
-from wagate.messages.schemas import StatusCallback, TemplateRef
+from wagate.messages.schemas import VALIDITY_DESCRIPTION, StatusCallback, TemplateRef
 
 MAX_RECIPIENTS = 1000
 
@@ -32,18 +32,15 @@ class SendBulkRequest(RequestBody):
     recipients: list[BulkRecipient] | None = Field(None, min_length=1)
     conversation_status: Literal["open", "pending"] | None = None
     status_callback: StatusCallback | None = None
-    validity_seconds: int | None = Field(
-        None,
-        ge=1,
-        le=86400,
-        description=(
-            "Validity period, 1 to 86400 seconds: a message not handed to WhatsApp within this many seconds"
-            " of its acceptance (a backlog, a throttled or paused channel, an outage) is never sent; it"
-            " becomes `failed` with `external_error` `expired: ...`, costs 0 and fires its events like any"
-            " failure. Meant for OTPs. Without it a message waits as long as it takes. For each recipient"
-            " of the batch, counted from the batch's acceptance."
+    validity_seconds: Annotated[
+        int | None,
+        Field(
+            ge=1,
+            le=86400,
+            description=VALIDITY_DESCRIPTION
+            + " For each recipient of the batch, counted from the batch's acceptance.",
         ),
-    )
+    ] = None
 
     @model_validator(mode="after")
     def _numbers_or_recipients(self) -> SendBulkRequest:

@@ -7,7 +7,13 @@ from fastapi import APIRouter, Body, Query, Response
 from wagate.deps import Administrator, GatewayDep
 from wagate.events import service
 from wagate.events.models import DeliveryState
-from wagate.events.schemas import CreateWebhookRequest, UpdateWebhookRequest, delivery_view, webhook_view
+from wagate.events.schemas import (
+    DELIVERY_EXAMPLE,
+    CreateWebhookRequest,
+    UpdateWebhookRequest,
+    delivery_view,
+    webhook_view,
+)
 from wagate.limits import Id
 from wagate.openapi import ADMINISTRATOR_REQUIRED, WEBHOOK_NOT_FOUND, errors
 from wagate.responses import FastJSONResponse
@@ -26,25 +32,6 @@ WEBHOOK_EXAMPLE: dict[str, Any] = {
     "consecutive_failures": 0,
     "failing_since": None,
     "created_at": "2026-11-24T09:00:00Z",
-}
-DELIVERY_EXAMPLE: dict[str, Any] = {
-    "id": "evt_01jdx3k6q8v2m4n5p6r7s8t9va",
-    "event": "message_updated",
-    "message_id": "msg_01jdx3k6q8v2m4n5p6r7s8t9va",
-    "state": "succeeded",
-    "created_at": "2026-11-24T09:30:01Z",
-    "finished_at": "2026-11-24T09:30:01Z",
-    "payload": {"type": "message_updated", "data": {"id": "msg_01jdx3k6q8v2m4n5p6r7s8t9va"}},
-    "attempts": [
-        {
-            "at": "2026-11-24T09:30:01Z",
-            "succeeded": True,
-            "status_code": 200,
-            "latency_ms": 42,
-            "error": None,
-            "response": "ok",
-        }
-    ],
 }
 
 

@@ -63,3 +63,25 @@ def delivery_view(delivery: Delivery, attempts: list[DeliveryAttempt] | None = N
             for a in attempts
         ]
     return view
+
+
+# An OpenAPI example of a delivery (both the webhook and the status callback lists show it).
+DELIVERY_EXAMPLE: dict[str, Any] = {
+    "id": "evt_01jdx3k6q8v2m4n5p6r7s8t9va",
+    "event": "message_updated",
+    "message_id": "msg_01jdx3k6q8v2m4n5p6r7s8t9va",
+    "state": "succeeded",
+    "created_at": "2026-11-24T09:30:01Z",
+    "finished_at": "2026-11-24T09:30:01Z",
+    "payload": {"type": "message_updated", "data": {"id": "msg_01jdx3k6q8v2m4n5p6r7s8t9va"}},
+    "attempts": [
+        {
+            "at": "2026-11-24T09:30:01Z",
+            "succeeded": True,
+            "status_code": 200,
+            "latency_ms": 42,
+            "error": None,
+            "response": "ok",
+        }
+    ],
+}

@@ -10,7 +10,7 @@ from wagate.conversations.service import window_for
 from wagate.db import isoformat
 from wagate.deps import GatewayDep, Member
 from wagate.events import service as events
-from wagate.events.schemas import delivery_view
+from wagate.events.schemas import DELIVERY_EXAMPLE, delivery_view
 from wagate.idempotency import service as idempotency
 from wagate.idempotency.http import answer_once
 from wagate.limits import MAX_ID, Id
@@ -217,33 +217,7 @@ async def get_message(message_id: str, gateway: GatewayDep, principal: Member) -
     responses={
         200: {
             "description": "The deliveries, newest first, each with every attempt",
-            "content": {
-                "application/json": {
-                    "example": {
-                        "data": [
-                            {
-                                "id": "evt_01jdx3k6q8v2m4n5p6r7s8t9va",
-                                "event": "message_updated",
-                                "message_id": "msg_01jdx3k6q8v2m4n5p6r7s8t9va",
-                                "state": "succeeded",
-                                "created_at": "2026-11-24T09:30:01Z",
-                                "finished_at": "2026-11-24T09:30:01Z",
-                                "payload": {"type": "message_updated"},
-                                "attempts": [
-                                    {
-                                        "at": "2026-11-24T09:30:01Z",
-                                        "succeeded": True,
-                                        "status_code": 200,
-                                        "latency_ms": 42,
-                                        "error": None,
-                                        "response": "ok",
-                                    }
-                                ],
-                            }
-                        ]
-                    }
-                }
-            },
+            "content": {"application/json": {"example": {"data": [DELIVERY_EXAMPLE]}}},
         },
         **errors(
             *COMMON,

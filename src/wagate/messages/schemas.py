@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator, model_validator
 
@@ -13,6 +13,15 @@ from wagate.messages.models import Message
 ParameterValue = str | int | float
 # A country code, a dot, alphanumerics; enterprise ids have ENT between (API.md section 13).
 USER_ID_PATTERN = r"^[A-Z]{2}\.(ENT\.)?[A-Za-z0-9]{1,58}$"
+
+
+VALIDITY_DESCRIPTION = (
+    "Validity period, 1 to 86400 seconds: a message not handed to WhatsApp within this many seconds"
+    " of its acceptance (a backlog, a throttled or paused channel, an outage) is never sent; it"
+    " becomes `failed` with `external_error` `expired: ...`, costs 0 and fires its events like any"
+    " failure. Meant for OTPs. Without it a message waits as long as it takes."
+)
+ValiditySeconds = Annotated[int | None, Field(ge=1, le=86400, description=VALIDITY_DESCRIPTION)]
 
 
 class TemplateRef(BaseModel):
@@ -64,17 +73,7 @@ class SendMessageRequest(RequestBody):
     fallback_template: TemplateRef | None = None
     conversation_status: Literal["open", "pending"] | None = None
     status_callback: StatusCallback | None = None
-    validity_seconds: int | None = Field(
-        None,
-        ge=1,
-        le=86400,
-        description=(
-            "Validity period, 1 to 86400 seconds: a message not handed to WhatsApp within this many seconds"
-            " of its acceptance (a backlog, a throttled or paused channel, an outage) is never sent; it"
-            " becomes `failed` with `external_error` `expired: ...`, costs 0 and fires its events like any"
-            " failure. Meant for OTPs. Without it a message waits as long as it takes."
-        ),
-    )
+    validity_seconds: ValiditySeconds = None
 
     @model_validator(mode="after")
     def _template_or_text(self) -> SendMessageRequest:
