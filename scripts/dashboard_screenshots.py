@@ -141,6 +141,8 @@ def main() -> None:
                 page.get_by_label("Name").fill("zapier")
                 page.get_by_role("button", name="Create API key").click()
                 shoot(page, f"{url}/settings/audit", "settings-audit", out)
+                # An address that does not validate (a cursor that is no number): the error page.
+                shoot(page, f"{url}/settings/api-keys?before=abc", "error-invalid-address", out)
                 page.goto(f"{url}/bulk/new")
                 page.get_by_label("Template", exact=True).select_option(value="order_update|en")
                 page.get_by_label("Phone numbers").fill(

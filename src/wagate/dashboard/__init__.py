@@ -51,7 +51,11 @@ def install_dashboard(app: FastAPI) -> None:
             answered = api_invalid(request, exc)
             return await answered if inspect.isawaitable(answered) else answered
         return error_page(
-            request, InvalidRequest("This address is not valid: a number or filter in it is not.")
+            request,
+            InvalidRequest(
+                "This page's address is not valid: a number or a filter in it is wrong."
+                " Follow a link instead."
+            ),
         )
 
     @app.exception_handler(SignInRequired)
