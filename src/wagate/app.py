@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import hmac
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -10,7 +11,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from sqlalchemy import text
+from fastapi.responses import Response
 from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -20,16 +21,19 @@ from wagate.channels.endpoints import router as channels_router
 from wagate.config import Settings, get_settings
 from wagate.dashboard import install_dashboard
 from wagate.db import Database
-from wagate.deps import Gateway, GatewayDep
+from wagate.deps import Gateway
 from wagate.dispatch.dispatcher import Dispatcher
 from wagate.errors import InvalidRequest, MethodNotAllowed, NotFound, NotReady, WagateError
 from wagate.events.endpoints import router as events_router
+from wagate.health import HealthChecks, OpsListener
 from wagate.idempotency.service import InFlightKeys
 from wagate.limits import KeyRateLimiter, RequestGuard
 from wagate.live import LiveHub
+from wagate.logs import RequestLog
 from wagate.lookups import Lookups
 from wagate.messages.endpoints import router as messages_router
-from wagate.migrate import head_revision
+from wagate.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from wagate.metrics import Metrics
 from wagate.openapi import operation_id
 from wagate.responses import FastJSONResponse as JSONResponse
 from wagate.security import secret_box_for
@@ -121,6 +125,7 @@ for another account's id in the path); an agent's key sees only the channels of 
 
 def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True) -> FastAPI:
     settings = settings or get_settings()
+    metrics = Metrics()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -130,8 +135,10 @@ def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True)
         lookups = Lookups(db)
         live = LiveHub(db)
         dispatcher = Dispatcher(
-            db=db, settings=settings, client=client, secret_box=secret_box, lookups=lookups
+            db=db, settings=settings, client=client, secret_box=secret_box, lookups=lookups, metrics=metrics
         )
+        checks = HealthChecks(db, metrics, dispatcher, dispatcher_runs=run_dispatcher)
+        app.state.health = checks
         # The two typed values handlers get (wagate.deps.get_gateway, whatsapp.webhook._deps).
         key_rates = KeyRateLimiter(settings.api_key_requests_per_second, settings.api_key_burst)
         app.state.gateway = Gateway(
@@ -141,12 +148,18 @@ def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True)
         await live.start()  # PostgreSQL: hear what other processes (workers, other APIs) commit
         if run_dispatcher:
             dispatcher.start()
+        listener = None
+        if settings.metrics_port:
+            listener = OpsListener(checks, settings)
+            await listener.start()
         # What exists after start-up lives as long as the process: keep it out of the collector's
         # full passes, which otherwise stall every request for tens of milliseconds now and then.
         gc.freeze()
         try:
             yield
         finally:
+            if listener is not None:
+                await listener.stop()
             await dispatcher.stop()
             await live.stop()
             await client.close()
@@ -179,6 +192,8 @@ def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True)
         audit_router,
     ):
         app.include_router(router, prefix="/v1")
+    # Outermost: its line and count cover every answer, the guard's refusals too.
+    app.add_middleware(RequestLog, metrics=metrics)
     app.router.routes.extend(whatsapp_webhook_routes)
     install_dashboard(app)
 
@@ -187,31 +202,26 @@ def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True)
         """Liveness: the process answers."""
         return {"status": "ok"}
 
-    schema_head = head_revision()  # read once: the files do not change under a running process
-
     @app.get("/readyz", include_in_schema=False)
-    async def readyz(gateway: GatewayDep) -> JSONResponse:
+    async def readyz(request: Request) -> JSONResponse:
         """Readiness: the database answers, its schema is the one this code needs, and the dispatcher
         runs where this process runs one (503 `not_ready` saying which, otherwise)."""
-        try:
-            async with gateway.db.read() as session:
-                schema = (await session.execute(text("SELECT version_num FROM alembic_version"))).scalar()
-        except Exception as exc:
-            log.warning("readiness check failed: %r", exc)
-            return _not_ready("The database cannot be reached.")
-        if schema != schema_head:
-            return _not_ready(
-                f"The database schema is at {schema or 'nothing'}, this code needs {schema_head}:"
-                " run `wagate migrate`."
-            )
-        if run_dispatcher and not gateway.dispatcher.running:
-            return _not_ready("The dispatcher of this process has stopped: restart it.")
-        dispatcher = "running" if run_dispatcher else "not in this process"
-        return JSONResponse({"status": "ready", "schema": schema_head, "dispatcher": dispatcher})
+        return (await _health(request).readiness()).response()
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics_page(request: Request) -> Response:
+        """Prometheus metrics, for the bearer of `WAGATE_METRICS_TOKEN` only: without one configured
+        the page does not exist here (the metrics port serves it, see wagate.health)."""
+        token = settings.metrics_token
+        given = request.headers.get("authorization", "")
+        if not token or not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+            error = NotFound()
+            return JSONResponse(error.body(), status_code=error.status_code)
+        return Response(await _health(request).metrics_text(), media_type=METRICS_CONTENT_TYPE)
 
     return app
 
 
-def _not_ready(message: str) -> JSONResponse:
-    error = NotReady(message, headers={"Retry-After": "1"})
-    return JSONResponse(error.body(), status_code=error.status_code, headers=error.headers)
+def _health(request: Request) -> HealthChecks:
+    checks: HealthChecks = request.app.state.health
+    return checks

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -25,11 +23,24 @@ app.add_typer(secrets_app, name="secrets")
 
 
 def _logging(settings: Settings) -> None:
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    from wagate.logs import configure_logging
+
+    configure_logging(settings.log_level, settings.log_format)
+
+
+MetricsPort = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        max=65535,
+        help="Serve /metrics, /healthz and /readyz on this port too, on WAGATE_METRICS_HOST (default "
+        "127.0.0.1); the same as WAGATE_METRICS_PORT.",
+    ),
+]
+
+
+def _with_metrics_port(settings: Settings, port: int | None) -> Settings:
+    return settings if port is None else settings.model_copy(update={"metrics_port": port})
 
 
 @app.command()
@@ -49,9 +60,10 @@ def serve(
         bool, typer.Option(help="Run the built-in Cloud API simulator with a demo account.")
     ] = False,
     dispatcher: Annotated[bool, typer.Option(help="Run the outbox dispatcher in this process.")] = True,
+    metrics_port: MetricsPort = None,
 ) -> None:
     """Run the API, the dashboard and the dispatcher."""
-    settings = get_settings()
+    settings = _with_metrics_port(get_settings(), metrics_port)
     _logging(settings)
     if sandbox:
         from wagate.sandbox import run_sandbox
@@ -70,9 +82,9 @@ def serve(
 
 
 @app.command()
-def worker() -> None:
+def worker(metrics_port: MetricsPort = None) -> None:
     """Run the dispatcher alone (deployments with several processes on PostgreSQL)."""
-    settings = get_settings()
+    settings = _with_metrics_port(get_settings(), metrics_port)
     _logging(settings)
     from wagate.worker import run_worker
 

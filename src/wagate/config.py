@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 from functools import lru_cache
+from typing import Literal
 
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -75,6 +76,15 @@ class Settings(BaseSettings):
     api_key_requests_per_second: float = Field(1000.0, ge=0)
     api_key_burst: int = Field(2000, ge=1)
     log_level: str = "info"
+    # `json`: one object per line (docs/operations.md, "Logs"); `text`: the same lines for a terminal.
+    log_format: Literal["json", "text"] = "json"
+    # Prometheus metrics (docs/operations.md, "Metrics"). `GET /metrics` on the API's port answers only
+    # with `Authorization: Bearer <metrics_token>` (404 while it is empty), so it is not public by
+    # default; `metrics_port` (or `--metrics-port`) opens a listener of its own instead, on
+    # `metrics_host`, with /metrics, /healthz and /readyz: what a worker, which has no API port, offers.
+    metrics_token: str = ""
+    metrics_port: int | None = Field(None, ge=1, le=65535)
+    metrics_host: str = "127.0.0.1"
     # FastAPI's native OpenTelemetry (traces, metrics, logs through the global providers). Off by
     # default: even unconfigured it looks the providers up on every request.
     opentelemetry: bool = False

@@ -177,6 +177,23 @@ class DrainingServer(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
+class SideServer(uvicorn.Server):
+    """A second uvicorn server in a process that already has its signal handling (the metrics
+    listener beside `serve`'s server or in a worker): it leaves the signals alone, and is stopped by
+    its owner (`should_exit`)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
 def uvicorn_options(settings: Settings) -> dict[str, Any]:
     """What every uvicorn server of the gateway runs with (`serve`, the sandbox, the tests)."""
-    return {"http": guarded_protocol(settings), "log_level": settings.log_level}
+    # Logging is the process's (wagate.logs.configure_logging): uvicorn neither installs handlers of its
+    # own nor writes an access line, since `RequestLog` writes one per request, with its id.
+    return {
+        "http": guarded_protocol(settings),
+        "log_level": settings.log_level,
+        "log_config": None,
+        "access_log": False,
+    }

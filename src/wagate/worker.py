@@ -8,7 +8,9 @@ import signal
 from wagate.config import Settings
 from wagate.db import Database
 from wagate.dispatch.dispatcher import Dispatcher
+from wagate.health import HealthChecks, OpsListener
 from wagate.live import LiveHub
+from wagate.metrics import Metrics
 from wagate.security import secret_box_for
 from wagate.whatsapp.client import CloudApiClient
 
@@ -19,15 +21,26 @@ async def run_worker(settings: Settings) -> None:
     # the API processes by NOTIFY; a worker serves no page, so it does not listen.
     live = LiveHub(db)
     client = CloudApiClient(settings.graph_api_url, timeout=settings.upstream_timeout_seconds)
-    dispatcher = Dispatcher(db=db, settings=settings, client=client, secret_box=secret_box_for(settings))
+    metrics = Metrics()
+    dispatcher = Dispatcher(
+        db=db, settings=settings, client=client, secret_box=secret_box_for(settings), metrics=metrics
+    )
+    # A worker has no API port: its metrics, liveness and readiness are on a listener of its own.
+    listener = None
+    if settings.metrics_port:
+        listener = OpsListener(HealthChecks(db, metrics, dispatcher, dispatcher_runs=True), settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     dispatcher.start()
     try:
+        if listener is not None:
+            await listener.start()
         await stop.wait()
     finally:
+        if listener is not None:
+            await listener.stop()
         await dispatcher.stop()
         await live.stop()
         await client.close()

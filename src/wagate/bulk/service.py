@@ -40,6 +40,7 @@ from wagate.errors import (
 )
 from wagate.idempotency.service import IdempotentRequest, remember_accepted
 from wagate.ids import new_id
+from wagate.logs import note_request
 from wagate.lookups import Lookups
 from wagate.messages.models import BoundTemplate, MessageStatus, PreparedSend
 from wagate.messages.schemas import TemplateRef
@@ -242,6 +243,7 @@ async def accept_batch(
         secret_box=gateway.secret_box,
     )
     dispatcher = gateway.dispatcher
+    note_request(batch_id=batch.batch_id, channel=batch.channel_id, messages=len(batch.sends))
 
     def unit(session: Session) -> None:
         repository.store_batch(session, batch, notify_others=not dispatcher.owns(batch.channel_id))

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from wagate.config import Settings
 from wagate.db import Database
 from wagate.lookups import Lookups
+from wagate.metrics import Metrics
 from wagate.security import SecretBox
 from wagate.whatsapp.client import CloudApiClient
 
@@ -19,6 +20,7 @@ class LaneDeps:
     secret_box: SecretBox
     lookups: Lookups
     worker_id: str  # stamped on the rows this process claims (`locked_by`)
+    metrics: Metrics
 
     @property
     def lease_seconds(self) -> float:

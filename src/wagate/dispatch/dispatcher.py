@@ -27,6 +27,7 @@ from wagate.dispatch.event_lane import EventLane
 from wagate.dispatch.send_lane import ChannelLane
 from wagate.events.subscriptions import Subscriptions
 from wagate.lookups import Lookups
+from wagate.metrics import ChannelRate, Metrics
 from wagate.outbox.errors import describe_error
 from wagate.outbox.isolation import log_failure, write_isolating
 from wagate.outbox.models import FastClaim, JobKind, JobState, OutboxJob
@@ -49,6 +50,7 @@ class Dispatcher:
         client: CloudApiClient,
         secret_box: SecretBox,
         lookups: Lookups | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.db = db
         # Shared with the API in `serve`, so a template sync or a webhook change here or there applies
@@ -58,7 +60,8 @@ class Dispatcher:
         self.client = client
         self.secret_box = secret_box
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}"
-        self.deps = LaneDeps(db, settings, client, secret_box, self.lookups, self.worker_id)
+        self.metrics = metrics or Metrics()
+        self.deps = LaneDeps(db, settings, client, secret_box, self.lookups, self.worker_id, self.metrics)
         self.ownership = ownership_for(db.url)
         self.lanes: dict[int, ChannelLane] = {}
         self.started_at = time.monotonic()
@@ -94,6 +97,15 @@ class Dispatcher:
     def owns(self, channel_id: int) -> bool:
         """Whether this process sends for the channel, so no other needs waking for it."""
         return channel_id in self.lanes
+
+    def channel_rates(self) -> list[ChannelRate]:
+        """Each channel this process paces: its sends in the last second against its limit (metrics)."""
+        return [
+            ChannelRate(
+                str(channel_id), lane.limiter.rate - lane.limiter.available(single=True), lane.limiter.rate
+            )
+            for channel_id, lane in self.lanes.items()
+        ]
 
     @property
     def running(self) -> bool:
@@ -153,6 +165,8 @@ class Dispatcher:
             held=self._held_webhooks,
         )
         self._held_webhooks = batch.held
+        if batch.statuses:
+            self.metrics.statuses_applied.inc(batch.statuses)
         if batch.events:
             self.wake_events()
         busy = batch.taken > 0 and not batch.held

@@ -48,6 +48,7 @@ class EventLane:
         self.db = deps.db
         self.secret_box = deps.secret_box
         self.worker_id = deps.worker_id
+        self.metrics = deps.metrics
         self.poster = EventPoster(allow_private=settings.allow_private_urls, pool_limit=MAX_IN_FLIGHT)
         self.retry = replace(EVENT_DELIVERY, base_delay=settings.event_retry_base_seconds)
         # A claimed delivery whose process died is sent again after this (WAGATE_EVENT_LEASE_SECONDS).
@@ -170,6 +171,7 @@ class EventLane:
             if self.busy[delivery.account_id] <= 0:
                 del self.busy[delivery.account_id]
         self.recorder.add(deliveries.Attempted(delivery, at, result))
+        self.metrics.event_deliveries.labels("delivered" if result.succeeded else "failed").inc()
 
     def _secret(self, encrypted: str | None) -> str | None:
         if not encrypted:

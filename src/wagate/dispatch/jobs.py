@@ -20,7 +20,7 @@ from wagate.events.subscriptions import Subscriptions
 from wagate.idempotency.service import purge_expired as purge_idempotency_keys
 from wagate.messages.parked import PARKED_STATUS_MAX_AGE, purge_parked_statuses
 from wagate.messages.pricing import Prices
-from wagate.messages.webhooks import process_webhook_bodies
+from wagate.messages.webhooks import WebhooksApplied, process_webhook_bodies
 from wagate.outbox.dead_letters import bury
 from wagate.outbox.errors import describe_error
 from wagate.outbox.isolation import write_isolating
@@ -145,6 +145,7 @@ class WebhookBatch:
 
     taken: int
     events: int
+    statuses: int  # message statuses applied (the metrics' `wagate_status_webhooks_applied`)
     # Claimed, not applied, and not given back because the database went away meanwhile: the caller
     # hands them in again on its next try (they stay locked to this worker for the claim's lease).
     held: list[ClaimedJob]
@@ -172,22 +173,24 @@ async def run_webhook_batch(
 
     jobs = list(held) or await db.write(claim)
     if not jobs:
-        return WebhookBatch(0, 0, [])
+        return WebhookBatch(0, 0, 0, [])
 
-    def apply(session: Session, some: Sequence[ClaimedJob]) -> int:
+    def apply(session: Session, some: Sequence[ClaimedJob]) -> WebhooksApplied:
         applied = process_webhook_bodies(session, [job.payload for job in some], subscriptions, prices=prices)
         settle_sends(session, applied.settled)
         finish_jobs(session, [job.id for job in some])
-        return applied.events
+        return applied
 
-    events, unwritten = await write_isolating(db, jobs, apply, retry_or_bury)
+    results, unwritten = await write_isolating(db, jobs, apply, retry_or_bury)
+    events = sum(applied.events for applied in results)
+    statuses = sum(applied.statuses for applied in results)
     if unwritten:  # the database went away: nothing is wrong with them, they come again at once
         try:
             await db.write(lambda session: release_jobs(session, [job.id for job in unwritten]))
         except Exception as exc:  # still away: held here, applied first on the next try
             log.warning("could not give back %d Meta webhooks: %s", len(unwritten), describe_error(exc))
-            return WebhookBatch(len(jobs), sum(events), unwritten)
-    return WebhookBatch(len(jobs), sum(events), [])
+            return WebhookBatch(len(jobs), events, statuses, unwritten)
+    return WebhookBatch(len(jobs), events, statuses, [])
 
 
 async def sync_channel_templates(

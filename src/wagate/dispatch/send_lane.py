@@ -23,6 +23,7 @@ from wagate.channels.models import Channel
 from wagate.db import utcnow
 from wagate.dispatch import sends
 from wagate.dispatch.deps import LaneDeps
+from wagate.logs import send_log
 from wagate.outbox.isolation import log_failure, write_isolating
 from wagate.outbox.limiter import SlidingWindowLimiter
 from wagate.outbox.models import ClaimedSend, FastClaim, Priority, expired_error
@@ -38,6 +39,15 @@ from wagate.whatsapp.errors import (
 )
 
 log = logging.getLogger(__name__)
+
+# How a send's outcome is named in the metrics and the log.
+_RESULTS: dict[type, str] = {
+    sends.Sent: "sent",
+    sends.Rejected: "failed",
+    sends.Retry: "retry",
+    sends.Unknown: "unconfirmed",
+    sends.Held: "held",
+}
 
 POLL_SECONDS = 1.0
 MAX_CLAIM = 500  # sends claimed at once
@@ -328,8 +338,35 @@ class ChannelLane:
     async def _call(self, config: ChannelConfig, claimed: ClaimedSend, stamp: float) -> None:
         written: list[float] = []
         outcome = await self._send(config, claimed, on_sent=lambda: written.append(time.monotonic()))
-        self.limiter.restamp(stamp, written[0] if written else None)
+        answered = time.monotonic()
+        self.limiter.restamp(stamp, written[0] if written else None, answered)
         self.recorder.add(outcome)
+        self._observe(outcome, answered - written[0] if written else None)
+
+    def _observe(self, outcome: sends.Outcome, upstream_seconds: float | None) -> None:
+        """The send's count in the metrics and its line in the log (docs/operations.md)."""
+        channel = str(self.channel_id)
+        result = _RESULTS[type(outcome)]
+        metrics = self.deps.metrics
+        metrics.sends.labels(channel, result).inc()
+        if upstream_seconds is not None:  # the request reached the wire: Meta's answer took this long
+            metrics.upstream_seconds.labels(channel).observe(upstream_seconds)
+        if send_log.isEnabledFor(logging.INFO):
+            claimed = outcome.send
+            fields = {
+                "message_id": claimed.message_id,
+                "channel": self.channel_id,
+                "result": result,
+                "wamid": outcome.wamid if isinstance(outcome, sends.Sent) else None,
+                "request_id": claimed.request_id,
+                "attempt": claimed.attempts,
+                "upstream_ms": None if upstream_seconds is None else round(upstream_seconds * 1000, 2),
+            }
+            if not isinstance(outcome, sends.Sent):
+                fields["error"] = (
+                    outcome.external_error if isinstance(outcome, sends.Rejected) else outcome.error
+                )
+            send_log.info("send", extra=fields)
 
     async def _send(
         self, config: ChannelConfig, claimed: ClaimedSend, on_sent: Callable[[], None]

@@ -151,7 +151,10 @@ def claim_sends(
         ),
     )
     claimed = [
-        ClaimedSend(r[0], r[1], r[2]["body"], r[3], r[4], r[5], r[2].get("validity_seconds")) for r in rows
+        ClaimedSend(
+            r[0], r[1], r[2]["body"], r[3], r[4], r[5], r[2].get("validity_seconds"), r[2].get("request_id")
+        )
+        for r in rows
     ]
     return sorted(claimed, key=lambda c: (c.priority, c.job_id))
 

@@ -129,6 +129,8 @@ class PreparedSend:
     # A validity period (API.md section 11): not handed to Meta by `expires_at`, it is never sent.
     validity_seconds: int | None = None
     expires_at: datetime | None = None
+    # The request that accepted it, carried to the dispatcher's log line for its send.
+    request_id: str | None = None
     # Who takes which events (the cached snapshot): `message_created` and `conversation_status_changed`
     # cost the send nothing when nobody does.
     subscriptions: Subscriptions = NO_SUBSCRIPTIONS

@@ -82,11 +82,7 @@ def store_sends(
     outbox_rows = [
         outbox_row(
             JobKind.send_message,
-            payload=(
-                {"body": send.upstream_body, "validity_seconds": send.validity_seconds}
-                if send.validity_seconds
-                else {"body": send.upstream_body}
-            ),
+            payload=send_payload(send),
             run_at=now,
             priority=send.priority,
             now=now,
@@ -144,6 +140,17 @@ def store_sends(
     if notify_others:
         notify_outbox(session, channel_id)
     return job_ids
+
+
+def send_payload(send: PreparedSend) -> dict[str, Any]:
+    """What the dispatcher needs of a send beyond its row: Meta's request body, the validity period,
+    the request that accepted it (its log line names it); absent keys cost nothing to store."""
+    payload: dict[str, Any] = {"body": send.upstream_body}
+    if send.validity_seconds:
+        payload["validity_seconds"] = send.validity_seconds
+    if send.request_id:
+        payload["request_id"] = send.request_id
+    return payload
 
 
 def _contacts_of(session: Session, sends: list[PreparedSend]) -> dict[str, int]:

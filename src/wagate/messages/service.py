@@ -28,6 +28,7 @@ from wagate.events.subscriptions import Subscriptions
 from wagate.events.urls import check_url
 from wagate.idempotency.service import IdempotentRequest, remember_accepted
 from wagate.ids import new_id
+from wagate.logs import current_request_id, note_request
 from wagate.lookups import Lookups
 from wagate.messages import repository
 from wagate.messages.models import BoundTemplate, MessageStatus, PreparedSend, SentAs, SentMessage
@@ -224,6 +225,7 @@ def build_send(
         # Counted from the checked request: a deadline a moment early never sends a stale message.
         validity_seconds=validity_seconds,
         expires_at=utcnow() + timedelta(seconds=validity_seconds) if validity_seconds else None,
+        request_id=current_request_id(),
     )
 
 
@@ -251,6 +253,7 @@ async def accept_send(
         secret_box=gateway.secret_box,
     )
     response = {"id": prepared.message_id, "sent_as": prepared.sent_as.value, "status": "sent"}
+    note_request(message_id=prepared.message_id, channel=prepared.channel_id)
     dispatcher = gateway.dispatcher
     # The fast path: when this process sends for the channel and its window has room (a batch under
     # way takes none of it), the row is stored already claimed and the call starts right after the
@@ -275,6 +278,7 @@ async def accept_send(
                 prepared.priority,
                 prepared.expires_at,
                 prepared.validity_seconds,
+                prepared.request_id,
             )
         )
     else:

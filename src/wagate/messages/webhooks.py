@@ -295,6 +295,7 @@ def _bury_odd_items(session: Session, odd: list[OddItem]) -> None:
 class WebhooksApplied:
     events: int  # how many events it wrote (the event lane has work only when some were)
     settled: list[str]  # messages whose unconfirmed sends a status settled (see StatusesApplied)
+    statuses: int = 0  # message statuses that changed a message (a repeat or a late one changes none)
 
 
 def process_webhook_bodies(
@@ -360,7 +361,7 @@ def process_webhook_bodies(
         events += store_inbound(
             session, channel=channel, inbound=inbound, customers=customers[channel.account_id]
         )
-    return WebhooksApplied(events, applied.settled)
+    return WebhooksApplied(events, applied.settled, len(applied.changes))
 
 
 def _record_preferences(

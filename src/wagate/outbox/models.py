@@ -125,6 +125,7 @@ class ClaimedSend:
     # Its validity period's end, and the period (for the error): see `expired_error`.
     expires_at: datetime | None = None
     validity_seconds: int | None = None
+    request_id: str | None = None  # the request that accepted it (for the send's log line)
 
     def expired(self, now: datetime) -> bool:
         return self.expires_at is not None and now >= self.expires_at
