@@ -9,7 +9,7 @@ STAMP = $(VENV)/.installed-stamp
 TOOLS ?= .venv-tools
 TOOLS_STAMP = $(TOOLS)/.installed-stamp
 
-.PHONY: sandbox test lint bench bench-events bench-bulk install fuzz
+.PHONY: sandbox test lint bench bench-events bench-bulk bench-scale install fuzz
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,3 +51,7 @@ bench-events: $(STAMP)
 
 bench-bulk: $(STAMP)
 	$(BIN)/python bench/bulk.py
+
+# Scale-out on PostgreSQL (1-3 API processes, 1-2 workers; docs/performance.md).
+bench-scale: $(STAMP)
+	$(BIN)/python bench/scale.py
