@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -118,9 +119,35 @@ class Metrics:
             registry=r,
         )
 
+        # The series of the hot path, by their labels: `labels()` costs more than the count itself.
+        self._request_series: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+        self._send_series: dict[tuple[int, str], tuple[Any, Any]] = {}
+
     def request(self, route: str, method: str, status: int, seconds: float) -> None:
-        self.requests.labels(route, method, str(status)).inc()
-        self.request_seconds.labels(route).observe(seconds)
+        key = (route, method, status)
+        series = self._request_series.get(key)
+        if series is None:
+            series = self._request_series[key] = (
+                self.requests.labels(route, method, str(status)),
+                self.request_seconds.labels(route),
+            )
+        series[0].inc()
+        series[1].observe(seconds)
+
+    def send(self, channel_id: int, result: str, upstream_seconds: float | None) -> None:
+        """A call to Meta for a message ended with `result`; `upstream_seconds`: how long Meta took to
+        answer, None when the request never reached the wire."""
+        key = (channel_id, result)
+        series = self._send_series.get(key)
+        if series is None:
+            channel = str(channel_id)
+            series = self._send_series[key] = (
+                self.sends.labels(channel, result),
+                self.upstream_seconds.labels(channel),
+            )
+        series[0].inc()
+        if upstream_seconds is not None:
+            series[1].observe(upstream_seconds)
 
     def set_outbox(self, lanes: Iterable[LaneDepth], event_backlog: int) -> None:
         # Cleared first: a lane that emptied since the last scrape must read 0, not its old value.

@@ -23,7 +23,7 @@ from wagate.channels.models import Channel
 from wagate.db import utcnow
 from wagate.dispatch import sends
 from wagate.dispatch.deps import LaneDeps
-from wagate.logs import send_log
+from wagate.logs import log_send
 from wagate.outbox.isolation import log_failure, write_isolating
 from wagate.outbox.limiter import SlidingWindowLimiter
 from wagate.outbox.models import ClaimedSend, FastClaim, Priority, expired_error
@@ -345,28 +345,24 @@ class ChannelLane:
 
     def _observe(self, outcome: sends.Outcome, upstream_seconds: float | None) -> None:
         """The send's count in the metrics and its line in the log (docs/operations.md)."""
-        channel = str(self.channel_id)
         result = _RESULTS[type(outcome)]
-        metrics = self.deps.metrics
-        metrics.sends.labels(channel, result).inc()
-        if upstream_seconds is not None:  # the request reached the wire: Meta's answer took this long
-            metrics.upstream_seconds.labels(channel).observe(upstream_seconds)
-        if send_log.isEnabledFor(logging.INFO):
-            claimed = outcome.send
-            fields = {
-                "message_id": claimed.message_id,
-                "channel": self.channel_id,
-                "result": result,
-                "wamid": outcome.wamid if isinstance(outcome, sends.Sent) else None,
-                "request_id": claimed.request_id,
-                "attempt": claimed.attempts,
-                "upstream_ms": None if upstream_seconds is None else round(upstream_seconds * 1000, 2),
-            }
-            if not isinstance(outcome, sends.Sent):
-                fields["error"] = (
-                    outcome.external_error if isinstance(outcome, sends.Rejected) else outcome.error
-                )
-            send_log.info("send", extra=fields)
+        self.deps.metrics.send(self.channel_id, result, upstream_seconds)
+        claimed = outcome.send
+        error = None
+        if isinstance(outcome, sends.Rejected):
+            error = outcome.external_error
+        elif not isinstance(outcome, sends.Sent):
+            error = outcome.error
+        log_send(
+            message_id=claimed.message_id,
+            channel=self.channel_id,
+            result=result,
+            wamid=outcome.wamid if isinstance(outcome, sends.Sent) else None,
+            request_id=claimed.request_id,
+            attempt=claimed.attempts,
+            upstream_ms=None if upstream_seconds is None else round(upstream_seconds * 1000, 2),
+            error=error,
+        )
 
     async def _send(
         self, config: ChannelConfig, claimed: ClaimedSend, on_sent: Callable[[], None]
