@@ -446,11 +446,16 @@ def holding_locks(database_url: str, channel_ids: list[int]) -> Iterator[None]:
         yield
 
 
-def wait_for(what: str, condition: Any, timeout: float = 60.0) -> None:
+def wait_for(
+    what: str, condition: Any, timeout: float = 60.0, watch: list[ManagedProcess] | None = None
+) -> None:
+    """Wait until `condition()`; fails with the logs' tails of `watch` when one dies or time runs out."""
     deadline = time.monotonic() + timeout
     while not condition():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{what}: not within {timeout} s")
+        dead = [p for p in watch or [] if not p.alive]
+        if dead or time.monotonic() > deadline:
+            tails = "\n".join(f"--- {p.name} (alive: {p.alive})\n{p.tail()}" for p in watch or [])
+            raise RuntimeError(f"{what}: not within {timeout} s\n{tails}")
         time.sleep(0.05)
 
 
@@ -478,7 +483,11 @@ def measure_workers(settings: Settings, gateway: Gateway, count: int) -> dict[st
     names = [f"worker-{chr(ord('a') + i)}" for i in range(count)]
     if count == 1:
         gateway.start_worker(names[0])
-        wait_for("worker-a owns every channel", lambda: len(lock_holders(gateway.database)) == CHANNELS)
+        wait_for(
+            "worker-a owns every channel",
+            lambda: len(lock_holders(gateway.database)) == CHANNELS,
+            watch=gateway.workers,
+        )
     else:
         # Hand the channels out (see the module's docstring): each worker owns its share.
         with holding_locks(gateway.database_url, [c for share in halves[1:] for c in share]):
@@ -489,6 +498,7 @@ def measure_workers(settings: Settings, gateway: Gateway, count: int) -> dict[st
                     {c for c, n in lock_holders(gateway.database).items() if n == "wagate-worker-a"}
                     == set(halves[0])
                 ),
+                watch=gateway.workers,
             )
             os.kill(worker_a.pid, signal.SIGSTOP)
         try:
@@ -504,6 +514,7 @@ def measure_workers(settings: Settings, gateway: Gateway, count: int) -> dict[st
                         }
                         == set(halves[index])
                     ),
+                    watch=gateway.workers,
                 )
         finally:
             os.kill(worker_a.pid, signal.SIGCONT)
@@ -518,6 +529,7 @@ def measure_workers(settings: Settings, gateway: Gateway, count: int) -> dict[st
             min(counts.get(c, 0) for counts in [waiting_sends(gateway.database_url)] for c in channels) == 0
         ),
         timeout=600,
+        watch=gateway.workers,
     )
     cpu_after = cpu_snapshot([pid for g in groups.values() for pid in g])
     holders = lock_holders(gateway.database)
@@ -525,6 +537,7 @@ def measure_workers(settings: Settings, gateway: Gateway, count: int) -> dict[st
         "the backlog drained",
         lambda: sum(waiting_sends(gateway.database_url).values()) == 0,
         timeout=600,
+        watch=gateway.workers,
     )
     time.sleep(1.0)
     gateway.stop_workers()
