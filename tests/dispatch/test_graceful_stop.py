@@ -12,13 +12,16 @@ import signal
 import time
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 
+import httpx
 import pytest
 from test_crash_recovery import SendLog, send_many, sim_entries
 
 import gateway_process as machinery
-from gateway_process import GatewayProcess, Provisioned, diagnostics, outbox_sends, query
-from support import Simulator, wait_for
+from gateway_process import GatewayProcess, Provisioned, diagnostics, free_port, outbox_sends, query
+from receiver import Receiver
+from support import ADMIN_TOKEN, Simulator, new_number, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -83,3 +86,65 @@ def test_sigterm_finishes_calls_under_way_releases_claims_and_exits_0(
     except BaseException:
         print(f"{gateway.logs()}\nnow: {diagnostics(provisioned.database_url)}")
         raise
+
+
+def test_sigterm_finishes_event_deliveries_under_way_and_gives_back_the_rest(
+    provisioned: Provisioned,
+    simulator: Simulator,
+    wired_simulator: Callable[[str], None],
+    receiver: Receiver,
+    tmp_path: Path,
+) -> None:
+    """Deliveries under way when SIGTERM comes are posted to the end and recorded, and no claim is left
+    behind (a claim without a call is given back rather than left to its lease, 300 s here, far beyond
+    the test): a restarted process posts the rest at once, and no event reaches the receiver twice."""
+    env = {**provisioned.env, "WAGATE_ALLOW_PRIVATE_URLS": "true", "WAGATE_EVENT_LEASE_SECONDS": "300"}
+    gateway = GatewayProcess(env, free_port(), tmp_path, name="events")
+    gateway.start()
+    wired_simulator(gateway.url)
+    path = f"drain-{time.monotonic_ns()}"
+    receiver.slow_down(path, 1.5)  # every call is under way for 1.5 s
+    database = provisioned.database_url
+    try:
+        with httpx.Client(timeout=10) as http:
+            headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+            base = f"{gateway.url}/v1/accounts/{provisioned.account_id}"
+            hook = http.post(f"{base}/webhooks", json={"url": receiver.url(path)}, headers=headers)
+            assert hook.status_code == 201, hook.text
+            webhook_id = hook.json()["id"]
+            template = {"name": "otp_code", "language": "en", "parameters": ["123456"]}
+            for _ in range(40):
+                body = {
+                    "channel_id": provisioned.channel_id,
+                    "phone_number": new_number(),
+                    "template": template,
+                }
+                assert http.post(f"{base}/whatsapp/messages", json=body, headers=headers).status_code == 201
+        of_hook = f"SELECT count(*) FROM deliveries WHERE webhook_id = {int(webhook_id)}"  # noqa: S608
+        pending = f"{of_hook} AND state = 'pending'"
+        wait_for(lambda: query(database, pending)[0][0] >= 20, timeout=20, what="20 deliveries pending")
+        wait_for(lambda: len(receiver.received(path)) >= 3, timeout=20, what="the first deliveries")
+        assert gateway.proc is not None
+        at_signal = len(receiver.received(path))
+        gateway.proc.send_signal(signal.SIGTERM)
+        assert gateway.proc.wait(timeout=30) == 0, gateway.logs()
+        claimed = query(
+            database, "SELECT count(*) FROM outbox WHERE kind = 'deliver_event' AND locked_by IS NOT NULL"
+        )
+        assert claimed[0][0] == 0, claimed
+        drained = len(receiver.received(path)) - at_signal  # posted to the end after the signal
+        assert drained > 0
+        total = query(database, of_hook)[0][0]
+
+        gateway.start()
+        wait_for(lambda: query(database, pending)[0][0] == 0, timeout=60, what="every delivery posted")
+        ids = Counter(r.headers["webhook-id"] for r in receiver.received(path))
+        assert len(ids) == total and max(ids.values()) == 1, ids.most_common(3)
+        print(
+            f"SIGTERM with event deliveries: {at_signal} of {total} answered before it, {drained} under way"
+        )
+    except BaseException:
+        print(f"{gateway.logs()}\nnow: {diagnostics(database)}")
+        raise
+    finally:
+        gateway.stop()

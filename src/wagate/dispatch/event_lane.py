@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import timedelta
+from functools import partial
 
 import orjson
 from sqlalchemy import func, select
@@ -27,6 +28,7 @@ from wagate.events import deliveries
 from wagate.events.http import DELIVERY_TIMEOUT_SECONDS, EventPoster
 from wagate.events.signing import signed_headers
 from wagate.messages import events as message_events
+from wagate.outbox.errors import describe_error
 from wagate.outbox.isolation import log_failure, write_isolating
 from wagate.outbox.models import JobKind, OutboxJob
 from wagate.outbox.recorder import BatchRecorder
@@ -76,7 +78,13 @@ class EventLane:
         await asyncio.gather(self.task, return_exceptions=True)
         if self.calls:
             await asyncio.wait(self.calls, timeout=DELIVERY_TIMEOUT_SECONDS + 1)
-        await self.recorder.close()  # a call cut short is sent again after its lease
+        await self.recorder.close()
+        try:
+            released = await self.db.write(partial(deliveries.release_claims, worker_id=self.worker_id))
+            if released:
+                log.info("gave back %d event deliveries claimed and not posted", released)
+        except Exception as exc:  # the database is away: they are posted again after their lease
+            log.warning("could not give back claimed event deliveries: %s", describe_error(exc))
         await self.poster.close()
 
     async def _run(self) -> None:
@@ -109,15 +117,17 @@ class EventLane:
             )
 
         claimed = await self.db.write(claim)
-        unsendable = [d for d in claimed if d.url is None]
-        if unsendable:
-            await self.db.write(lambda session: deliveries.drop_undeliverable(session, unsendable))
+        # Started before anything else is awaited: a stop that cancels the round then leaves no claim
+        # without its call.
         for delivery in claimed:
             if delivery.url is not None:
                 self.busy[delivery.account_id] += 1
                 call = asyncio.create_task(self._post(delivery))
                 self.calls.add(call)
                 call.add_done_callback(self.calls.discard)
+        unsendable = [d for d in claimed if d.url is None]
+        if unsendable:
+            await self.db.write(lambda session: deliveries.drop_undeliverable(session, unsendable))
         return bool(claimed)
 
     def _share(self) -> int:

@@ -235,6 +235,19 @@ def record_attempts(
     _track_webhook_health(session, [a for a in attempts if a.delivery.webhook_id is not None], disable, now)
 
 
+def release_claims(session: Session, *, worker_id: str) -> int:
+    """Deliveries `worker_id` claimed and will not post, for it is stopping: due again at once, their
+    attempt not counted, instead of waiting out the claim's lease. What it posted is recorded by now
+    (each recorded attempt clears its claim), so only a call cut short by the stop, or a claim no call
+    was started for, is left: posted again, at least once as events are."""
+    result = session.execute(
+        update(OutboxJob)
+        .where(OutboxJob.kind == JobKind.deliver_event, OutboxJob.locked_by == worker_id)
+        .values(attempts=OutboxJob.attempts - 1, locked_by=None, locked_until=None)
+    )
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+
 def park_attempt(session: Session, attempt: Attempted, error: str) -> None:
     """An attempt that cannot be recorded (see outbox/isolation.py): kept as a dead letter; its
     delivery is given up, so it is neither posted again and again nor left pending for ever."""
