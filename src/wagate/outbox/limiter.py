@@ -28,11 +28,17 @@ class SlidingWindowLimiter:
     Single sends (OTPs) answer only to the promise: they may go whenever the window has room, and the
     tokens they take are owed by the bulk sends that follow (down to `-burst`), so a batch neither
     delays an OTP nor, counted over its run, goes faster because of one.
+
+    The log knows only this process's sends. A channel taken over from another process (see
+    outbox/ownership.py) starts with `hold_window`: nothing goes for one window and `TAKEOVER_SLACK`,
+    so the previous owner's last second of sends, unknown here, is out of Meta's window first.
     """
 
     SLICES = 20
     BURST_SLICES = 5
     PACE = 1.01
+    # The last requests the previous owner wrote may still be on their way to Meta when it is gone.
+    TAKEOVER_SLACK = 0.1
 
     def __init__(self, rate: int, *, window: float = 1.0, receipt_margin: float | None = None) -> None:
         self.window = window
@@ -41,6 +47,7 @@ class SlidingWindowLimiter:
         self.set_rate(rate)
         self._tokens = float(self.slice_rate)
         self._filled_at: float | None = None
+        self._held_until = 0.0
 
     def set_rate(self, rate: int) -> None:
         self.rate = max(1, rate)
@@ -56,10 +63,18 @@ class SlidingWindowLimiter:
                 self._tokens = min(self.burst, self._tokens + accrued)
             self._filled_at = now
 
+    def hold_window(self, now: float | None = None) -> None:
+        """Send nothing for a window (and `TAKEOVER_SLACK`) from now: another process sent for the
+        channel until moments ago, and its sends are not in this log."""
+        now = time.monotonic() if now is None else now
+        self._held_until = max(self._held_until, now + self.window + self.TAKEOVER_SLACK)
+
     def available(self, now: float | None = None, *, single: bool = False) -> int:
         """How many sends may start now: bulk ones need tokens, single ones only room in the window."""
         now = time.monotonic() if now is None else now
         self._update(now)
+        if now < self._held_until:
+            return 0
         room = self.rate - len(self._sent)
         return max(0, room if single else min(room, math.floor(self._tokens)))
 
@@ -68,7 +83,7 @@ class SlidingWindowLimiter:
         for a single send, until the window has room for one."""
         now = time.monotonic() if now is None else now
         self._update(now)
-        waits = []
+        waits = [self._held_until - now] if now < self._held_until else []
         if len(self._sent) >= self.rate:
             waits.append(self._sent[-self.rate] + self.window - now)
         if not single and self._tokens < self.slice_rate:

@@ -3,13 +3,27 @@
 SQLite runs one dispatcher process by design, so it owns every channel. On PostgreSQL each channel is
 a session-level advisory lock held on a connection of the worker's own: the server frees it the moment
 that connection ends, so a crashed or stopped worker's channels pass to another at once, without a
-lease to wait out.
+lease to wait out. That connection is named `wagate-locks <pid>@<host>` (`application_name`), so
+`pg_locks` joined with `pg_stat_activity` shows which process sends for which channel.
+
+A channel that passes from one process to another carries no memory of its last second of sends:
+the new owner's limiter is empty, and sending at once it could give Meta up to twice the channel's
+rate in one second (the scale-out test saw it). So `taken_over` tells the dispatcher which channels
+another process may have sent for until moments ago, and their lanes wait out one window first
+(`SlidingWindowLimiter.hold_window`). The signs of one: this process asked for the channel before and
+was refused (another held it then), or the channel has sends claimed (`in_flight`, `unconfirmed`)
+whose lease still runs (another process claimed or renewed them within a lease: a fresh worker taking
+over from a dead one has asked nothing before).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import socket
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from typing import Protocol
 
 import psycopg
@@ -20,11 +34,25 @@ log = logging.getLogger(__name__)
 
 # The first half of the two-int advisory lock key: wagate's channel locks, apart from anyone else's.
 LOCK_CLASS = 0x77A6
+APPLICATION_NAME = f"wagate-locks {os.getpid()}@{socket.gethostname()}"[:63]  # PostgreSQL keeps 63 bytes
+# Another process's sends of the channel, claimed or renewed within their lease (outbox/models.py).
+CLAIMED_ELSEWHERE = """
+    SELECT EXISTS (
+        SELECT 1 FROM outbox
+        WHERE kind = 'send_message' AND channel_id = %s AND state IN ('in_flight', 'unconfirmed')
+          AND locked_until > %s
+    )
+"""
 
 
 class ChannelOwnership(Protocol):
     async def acquire(self, channel_ids: Iterable[int]) -> set[int]:
         """Take what can be taken of `channel_ids`; returns every channel held now."""
+        ...
+
+    def taken_over(self, channel_id: int) -> bool:
+        """Whether the channel, just taken, may have been sent for by another process until moments
+        ago (asked once per taking: the answer is forgotten)."""
         ...
 
     async def close(self) -> None: ...
@@ -38,6 +66,9 @@ class SingleProcessOwnership:
         self.held |= set(channel_ids)
         return set(self.held)
 
+    def taken_over(self, channel_id: int) -> bool:
+        return False  # no other process sends
+
     async def close(self) -> None:
         self.held.clear()
 
@@ -47,6 +78,8 @@ class AdvisoryLockOwnership:
         self.url = libpq_url(database_url)
         self.conn: psycopg.AsyncConnection[tuple[object, ...]] | None = None
         self.held: set[int] = set()
+        self.refused: set[int] = set()  # asked for and held by another process at the time
+        self.handed_over: set[int] = set()  # taken, with a sign that another sent for it lately
 
     async def _connection(self) -> psycopg.AsyncConnection[tuple[object, ...]]:
         if self.conn is not None and not self.conn.closed:
@@ -55,26 +88,63 @@ class AdvisoryLockOwnership:
                 return self.conn
             except psycopg.Error:
                 log.warning("lost the connection holding channel locks; taking them again")
-        # A new connection holds no locks: whatever we held is free for others now.
-        self.held.clear()
-        self.conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True)
+        await self._drop()
+        self.conn = await psycopg.AsyncConnection.connect(
+            self.url, autocommit=True, application_name=APPLICATION_NAME
+        )
         return self.conn
 
-    async def acquire(self, channel_ids: Iterable[int]) -> set[int]:
-        conn = await self._connection()
-        for channel_id in sorted(set(channel_ids) - self.held):
-            # Not re-asked for held channels: a session lock taken twice must be released twice.
-            cursor = await conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (LOCK_CLASS, channel_id))
-            row = await cursor.fetchone()
-            if row is not None and row[0]:
-                self.held.add(channel_id)
-        return set(self.held)
-
-    async def close(self) -> None:
+    async def _drop(self) -> None:
+        """Hold nothing: the locks' session is closed (should it live on, it would keep them from
+        every process, this one included), and whatever was held is free for others."""
         if self.conn is not None:
-            await self.conn.close()  # ends the session, which frees its advisory locks
+            with contextlib.suppress(psycopg.Error):
+                await self.conn.close()
         self.conn = None
         self.held.clear()
+        self.handed_over.clear()
+
+    async def acquire(self, channel_ids: Iterable[int]) -> set[int]:
+        try:
+            conn = await self._connection()
+            for channel_id in sorted(set(channel_ids) - self.held):
+                # Not re-asked for held channels: a session lock taken twice must be released twice.
+                cursor = await conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (LOCK_CLASS, channel_id))
+                row = await cursor.fetchone()
+                if row is None or not row[0]:
+                    self.refused.add(channel_id)
+                    continue
+                self.held.add(channel_id)
+                if channel_id in self.refused or await self._claimed_elsewhere(conn, channel_id):
+                    self.handed_over.add(channel_id)
+                self.refused.discard(channel_id)
+        except psycopg.Error as exc:
+            # Without the locks' connection this process holds no channel: its lanes must stop (the
+            # dispatcher stops those not returned), or they would send beside the next owner.
+            log.warning("channel locks unavailable (%r); holding none until they can be taken", exc)
+            await self._drop()
+        return set(self.held)
+
+    async def _claimed_elsewhere(
+        self, conn: psycopg.AsyncConnection[tuple[object, ...]], channel_id: int
+    ) -> bool:
+        cursor = await conn.execute(CLAIMED_ELSEWHERE, (channel_id, datetime.now(UTC)))
+        row = await cursor.fetchone()
+        return bool(row and row[0])
+
+    def taken_over(self, channel_id: int) -> bool:
+        if channel_id in self.handed_over:
+            self.handed_over.discard(channel_id)
+            return True
+        return False
+
+    async def close(self) -> None:
+        if self.conn is not None and not self.conn.closed:
+            # Freed now, not when the server gets round to ending the session: the next owner may
+            # take the channels at once.
+            with contextlib.suppress(psycopg.Error):
+                await self.conn.execute("SELECT pg_advisory_unlock_all()")
+        await self._drop()  # ends the session, which frees its advisory locks anyway
 
 
 def ownership_for(database_url: str) -> ChannelOwnership:
