@@ -247,7 +247,11 @@ class Dispatcher:
         for channel_id in held:
             lane = self.lanes.get(channel_id)
             if lane is None:
-                self.lanes[channel_id] = ChannelLane(self.deps, channel_id, self.wake_events)
+                lane = self.lanes[channel_id] = ChannelLane(self.deps, channel_id, self.wake_events)
+                if self.ownership.taken_over(channel_id):
+                    # Another process sent for it until moments ago; its last second is not in our
+                    # limiter (outbox/ownership.py).
+                    lane.limiter.hold_window()
             elif channel_id in due_channels:
                 lane.wake()
         for channel_id in set(self.lanes) - held:
