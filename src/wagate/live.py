@@ -21,6 +21,7 @@ import contextlib
 import logging
 import os
 import secrets
+import socket
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -128,6 +129,14 @@ class LiveFeed:
         else:
             self._queue.extend(changes)
         self._ready.set()
+
+
+# The name (`application_name`) of an API process's LISTEN session. An API process is what receives
+# Meta's webhooks, so a worker reads in `pg_stat_activity` whether one has been up long enough for
+# Meta's retried status webhooks to have reached the gateway (dispatch/dispatcher.py,
+# `_webhooks_could_arrive`).
+API_SESSION_PREFIX = "wagate-api "
+API_SESSION_NAME = f"{API_SESSION_PREFIX}{os.getpid()}@{socket.gethostname()}"[:63]  # PostgreSQL keeps 63
 
 
 class LiveHub:
@@ -267,7 +276,11 @@ class LiveHub:
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(
-                    self._url, autocommit=True, connect_timeout=5, keepalives_idle=30
+                    self._url,
+                    autocommit=True,
+                    connect_timeout=5,
+                    keepalives_idle=30,
+                    application_name=API_SESSION_NAME,
                 ) as conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
                     self._listening.set()

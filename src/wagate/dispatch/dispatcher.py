@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
 from wagate.config import Settings
@@ -26,6 +26,7 @@ from wagate.dispatch.deps import LaneDeps
 from wagate.dispatch.event_lane import EventLane
 from wagate.dispatch.send_lane import ChannelLane
 from wagate.events.subscriptions import Subscriptions
+from wagate.live import API_SESSION_PREFIX
 from wagate.lookups import Lookups
 from wagate.metrics import ChannelRate, Metrics
 from wagate.outbox.errors import describe_error
@@ -185,6 +186,28 @@ class Dispatcher:
                     await self._run_periodic(job)
         return busy
 
+    async def _webhooks_could_arrive(self) -> bool:
+        """Whether Meta's status webhooks for a send made before its lease ran out could have reached
+        the gateway: silence proves the send never reached Meta only if they could.
+
+        This process has listened for a whole grace period (see `_tick`); on PostgreSQL the webhooks
+        come to the API processes, which may not be this one, so one of them must have been up as long
+        (its LISTEN session's start, in `pg_stat_activity`). Without it, an API process down longer
+        than a send's lease while a worker runs would have the worker send again what Meta had
+        (the crash matrix: 4 of 300, serve killed with sends under way, back 5.3 s later)."""
+        if self.db.is_sqlite:
+            return True  # one process: this one receives them
+        grace = self.settings.unconfirmed_send_grace_seconds
+        async with self.db.read() as session:
+            up = await session.scalar(
+                text(
+                    "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name LIKE :prefix"
+                    " AND backend_start <= now() - make_interval(secs => :grace))"
+                ),
+                {"prefix": API_SESSION_PREFIX + "%", "grace": grace},
+            )
+        return bool(up)
+
     async def _release_unconfirmed(self, subscriptions: Subscriptions, *, webhooks_before: datetime) -> None:
         """Settle sends whose outcome stayed unknown too long (see sends.release_unconfirmed), except
         those a lane of this process still holds, whatever their lease says; one that cannot be
@@ -193,7 +216,7 @@ class Dispatcher:
             expired = await session.run_sync(lambda s: sends.expired_sends(s))
         held = {job for lane in self.lanes.values() for job in lane.holding}
         expired = [job for job in expired if job not in held]
-        if not expired:
+        if not expired or not await self._webhooks_could_arrive():
             return
 
         def release(session: Session, job_ids: Sequence[int]) -> int:
