@@ -250,7 +250,7 @@ def test_metrics_are_for_the_token_holder_and_count_what_happened(
     )
     assert metric_value(after, "wagate_event_deliveries_total", result="failed") >= 1
     assert metric_value(after, "wagate_channel_rate_limit", channel=channel) == 80
-    assert "wagate_http_request_duration_seconds_bucket" in after
+    assert "wagate_http_request_duration_seconds_bucket" in after and "process_cpu_seconds_total" in after
     assert re.search(r"^wagate_outbox_depth\{channel=\"\",lane=\"\w+\"\} \d", after, re.M), after
 
     # A backlog shows in the outbox gauges: the channel throttled by Meta keeps its sends waiting.

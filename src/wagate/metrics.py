@@ -14,7 +14,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -49,6 +57,9 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        # The process's CPU, memory and open files, and the collector's passes, as every exporter has.
+        ProcessCollector(registry=r)
+        GCCollector(registry=r)
         self.requests = Counter(
             "wagate_http_requests",
             "HTTP requests answered, by route template, method and status.",
