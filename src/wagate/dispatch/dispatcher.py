@@ -81,6 +81,12 @@ class Dispatcher:
             lane.wake()
             return
         if channel_id is not None:
+            if self.ownership.held_elsewhere(channel_id):
+                # Its owner heard the same NOTIFY. Asking for the channel again on every send another
+                # process accepts would cost each worker a round of queries per message (a webhook
+                # claim, the due channels, a lock try); a takeover is found by the next maintenance
+                # round instead, within POLL_SECONDS.
+                return
             self._lanes_needed = True
         self._wake.set()
 

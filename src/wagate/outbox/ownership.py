@@ -50,6 +50,10 @@ class ChannelOwnership(Protocol):
         """Take what can be taken of `channel_ids`; returns every channel held now."""
         ...
 
+    def held_elsewhere(self, channel_id: int) -> bool:
+        """Whether another process held the channel when this one last asked for it."""
+        ...
+
     def taken_over(self, channel_id: int) -> bool:
         """Whether the channel, just taken, may have been sent for by another process until moments
         ago (asked once per taking: the answer is forgotten)."""
@@ -65,6 +69,9 @@ class SingleProcessOwnership:
     async def acquire(self, channel_ids: Iterable[int]) -> set[int]:
         self.held |= set(channel_ids)
         return set(self.held)
+
+    def held_elsewhere(self, channel_id: int) -> bool:
+        return False
 
     def taken_over(self, channel_id: int) -> bool:
         return False  # no other process sends
@@ -131,6 +138,9 @@ class AdvisoryLockOwnership:
         cursor = await conn.execute(CLAIMED_ELSEWHERE, (channel_id, datetime.now(UTC)))
         row = await cursor.fetchone()
         return bool(row and row[0])
+
+    def held_elsewhere(self, channel_id: int) -> bool:
+        return channel_id in self.refused
 
     def taken_over(self, channel_id: int) -> bool:
         if channel_id in self.handed_over:
