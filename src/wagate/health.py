@@ -14,6 +14,7 @@ from typing import Any
 
 import uvicorn
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -64,7 +65,11 @@ class HealthChecks:
         dispatcher = "running" if self.dispatcher_runs else "not in this process"
         try:
             async with self.db.read() as session:
-                schema = (await session.execute(text("SELECT version_num FROM alembic_version"))).scalar()
+                await session.execute(text("SELECT 1"))
+                try:
+                    schema = (await session.execute(text("SELECT version_num FROM alembic_version"))).scalar()
+                except DBAPIError:  # the database answers, but was never migrated
+                    schema = None
         except Exception as exc:
             log.warning("readiness check failed: %r", exc)
             return Readiness("The database cannot be reached.", None, dispatcher)

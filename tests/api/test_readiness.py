@@ -48,3 +48,16 @@ def test_a_stopped_dispatcher_is_not_ready(database_url: str, simulator: Simulat
             assert "dispatcher" in answer.json()["error"]["message"]
 
     asyncio.run(scenario())
+
+
+def test_a_database_never_migrated_is_not_ready_and_says_to_migrate(gateway: Gateway) -> None:
+    # As a database that answers but holds no schema: the version table is out of sight.
+    sql(gateway.database_url, "ALTER TABLE alembic_version RENAME TO alembic_version_aside")
+    try:
+        answer = gateway.http.get(f"{gateway.url}/readyz")
+        assert answer.status_code == 503, answer.text
+        message = answer.json()["error"]["message"]
+        assert "at nothing" in message and "wagate migrate" in message, message
+    finally:
+        sql(gateway.database_url, "ALTER TABLE alembic_version_aside RENAME TO alembic_version")
+    assert gateway.http.get(f"{gateway.url}/readyz").status_code == 200
