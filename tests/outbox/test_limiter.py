@@ -5,14 +5,14 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gateway_process import max_in_window as most_in_window
 from wagate.outbox.limiter import SlidingWindowLimiter
 
 
-def simulate(rate: int, seconds: float) -> list[float]:
-    """Send as fast as the limiter allows on a virtual clock; returns the send times."""
-    limiter = SlidingWindowLimiter(rate)
-    now, sent = 0.0, []
-    while now < seconds:
+def run_until(limiter: SlidingWindowLimiter, start: float, end: float) -> list[float]:
+    """Bulk sends as fast as `limiter` allows from `start` to `end`, on a virtual clock; their times."""
+    now, sent = start, []
+    while now < end:
         allowed = limiter.available(now)
         if allowed:
             limiter.record(allowed, now)
@@ -21,13 +21,8 @@ def simulate(rate: int, seconds: float) -> list[float]:
     return sent
 
 
-def most_in_window(times: list[float], window: float = 1.0) -> int:
-    best, start = 0, 0
-    for end, t in enumerate(times):
-        while t - times[start] >= window:
-            start += 1
-        best = max(best, end - start + 1)
-    return best
+def simulate(rate: int, seconds: float) -> list[float]:
+    return run_until(SlidingWindowLimiter(rate), 0.0, seconds)
 
 
 @settings(max_examples=25, deadline=None)

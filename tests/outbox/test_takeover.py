@@ -22,6 +22,7 @@ import psycopg
 import pytest
 from sqlalchemy import create_engine
 from sqlalchemy.orm import Session
+from test_limiter import most_in_window, run_until
 
 from wagate.db import utcnow
 from wagate.migrate import migrate
@@ -30,28 +31,6 @@ from wagate.outbox.models import JobKind, JobState, OutboxJob, Priority
 from wagate.outbox.ownership import LOCK_CLASS, AdvisoryLockOwnership
 
 RATE = 80
-
-
-def run_until(limiter: SlidingWindowLimiter, start: float, end: float) -> list[float]:
-    """Bulk sends as fast as `limiter` allows from `start` to `end`, on a virtual clock."""
-    now, sent = start, []
-    while now < end:
-        allowed = limiter.available(now)
-        if allowed:
-            limiter.record(allowed, now)
-            sent += [now] * allowed
-        now += max(limiter.wait_time(now), 0.001)
-    return sent
-
-
-def most_in_window(times: list[float], window: float = 1.0) -> int:
-    times = sorted(times)
-    best, start = 0, 0
-    for end, t in enumerate(times):
-        while t - times[start] >= window:
-            start += 1
-        best = max(best, end - start + 1)
-    return best
 
 
 @pytest.mark.parametrize("held", [False, True], ids=["no-hold", "hold"])
