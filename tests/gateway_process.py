@@ -287,7 +287,14 @@ def simulator_wiring(simulator: Simulator) -> Iterator[Callable[[str], None]]:
     before = simulator.http.get(f"{simulator.url}/_sim/config").json()
 
     def wire(gateway_url: str) -> None:
-        simulator.configure(webhook_url=f"{gateway_url}/webhooks/whatsapp")
+        simulator.configure(
+            webhook_url=f"{gateway_url}/webhooks/whatsapp",
+            # The premise of the grace period, scaled to the tests' 2 s: Meta retries a webhook more
+            # often than the grace lasts. With the simulator's usual retries up to 5 s apart, a gateway
+            # killed and back within moments could judge a send orphaned before the retry of its
+            # status came, and send it again (4 of 257 once in CI).
+            webhook_retry_cap=GRACE_SECONDS / 2,
+        )
 
     try:
         yield wire

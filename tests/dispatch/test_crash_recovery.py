@@ -278,9 +278,6 @@ def test_killed_with_calls_in_flight_and_a_backlog(
         fail_next={"count": hung, "code": 408, "phone_number_id": MAIN["phone_number_id"]},
         slow_response_seconds=10.0,
         status_delays={"sent": 2.0, "delivered": 2.5},
-        # The premise of the grace period: Meta retries a webhook more often than the grace lasts. With
-        # retries up to 5 s apart and a 2 s grace, a retry could come after the resend.
-        webhook_retry_cap=GRACE_SECONDS / 2,
     )
     gateway.start()
     log = SendLog()
