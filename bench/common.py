@@ -183,10 +183,14 @@ def run_command(
     return done.stdout
 
 
-def http_json(method: str, url: str, body: Any = None, *, timeout: float = 30.0) -> Any:
+def http_json(
+    method: str, url: str, body: Any = None, *, timeout: float = 30.0, headers: dict[str, str] | None = None
+) -> Any:
     """A small synchronous JSON call (set-up and control endpoints; never the measured path)."""
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method)  # noqa: S310 - loopback URLs only
+    request = urllib.request.Request(  # noqa: S310 - loopback URLs only
+        url, data=data, method=method, headers=headers or {}
+    )
     if data is not None:
         request.add_header("Content-Type", "application/json")
     with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310

@@ -8,6 +8,7 @@ MAX_FAILED_REQUESTS requests without an answer.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -90,13 +91,24 @@ class RawConnection(asyncio.Protocol):
 class RawHttpClient:
     """POSTs over a pool of at most `max_connections` RawConnections to one host (keep-alive)."""
 
-    def __init__(self, url: str, headers: dict[str, str], max_connections: int, timeout: float) -> None:
+    def __init__(
+        self,
+        url: str,
+        headers: dict[str, str],
+        max_connections: int,
+        timeout: float,
+        unique_header: str | None = None,
+    ) -> None:
         parts = urllib.parse.urlsplit(url)
         self.host = parts.hostname or LOOPBACK
         self.port = parts.port or 80
         head = f"POST {parts.path or '/'} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
         head += "".join(f"{k}: {v}\r\n" for k, v in headers.items())
         self._head = head.encode("latin-1")
+        # A header with a fresh value on every request (an Idempotency-Key, as a careful client sends).
+        self._unique = unique_header.encode("latin-1") if unique_header else None
+        self._unique_prefix = os.urandom(6).hex().encode()
+        self._count = 0
         self._timeout = timeout
         self._idle: list[RawConnection] = []
         self._all: list[RawConnection] = []
@@ -110,8 +122,13 @@ class RawHttpClient:
         self._all.append(protocol)
         return protocol
 
-    async def post(self, body: bytes) -> tuple[int, bytes]:
-        data = self._head + b"Content-Length: %d\r\n\r\n" % len(body) + body
+    async def post(self, body: bytes, extra_head: bytes = b"") -> tuple[int, bytes]:
+        """`extra_head`: header lines of this request only (each ending in CRLF), e.g. a signature."""
+        head = self._head + extra_head
+        if self._unique is not None:
+            self._count += 1
+            head += b"%s: %s-%d\r\n" % (self._unique, self._unique_prefix, self._count)
+        data = head + b"Content-Length: %d\r\n\r\n" % len(body) + body
         async with self._slots:
             connection = self._idle.pop() if self._idle else await self._connect()
             try:
@@ -180,6 +197,16 @@ class HttpxClient:
 
 
 CLIENTS = {"raw": RawHttpClient, "aiohttp": AiohttpClient, "httpx": HttpxClient}
+
+
+def _client(
+    name: str, url: str, headers: dict[str, str], connections: int, timeout: float, unique_header: str | None
+) -> Any:
+    if unique_header is None:
+        return CLIENTS[name](url, headers, connections, timeout)
+    if name != "raw":
+        raise ValueError("a header with a fresh value per request needs the raw client")
+    return RawHttpClient(url, headers, connections, timeout, unique_header)
 
 
 @dataclass
@@ -256,6 +283,7 @@ async def closed_loop(
     keep_bodies: bool = False,
     request_timeout: float = 30.0,
     client: str = "raw",
+    unique_header: str | None = None,
 ) -> LoadResult:
     """`concurrency` keep-alive connections, each sending its next request as soon as the last is answered.
 
@@ -263,7 +291,7 @@ async def closed_loop(
     started before the deadline is waited for, so that no answer is cut off).
     """
     errors: list[str] = []
-    http = CLIENTS[client](url, headers, concurrency, request_timeout)
+    http = _client(client, url, headers, concurrency, request_timeout, unique_header)
     try:
         deadline = time.perf_counter() + duration
 
@@ -298,11 +326,12 @@ async def open_loop(
     max_connections: int = 256,
     request_timeout: float = 30.0,
     client: str = "raw",
+    unique_header: str | None = None,
 ) -> LoadResult:
     """Requests started on a fixed schedule (`rate` per second), whatever the answers' latency."""
     errors: list[str] = []
     count = max(1, round(rate * duration))
-    http = CLIENTS[client](url, headers, max_connections, request_timeout)
+    http = _client(client, url, headers, max_connections, request_timeout, unique_header)
     try:
         tasks: list[asyncio.Task[Sample]] = []
         start = time.perf_counter() + 0.01

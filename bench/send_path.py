@@ -91,6 +91,7 @@ class Settings(argparse.Namespace):
     databases: list[str]
     client: str
     statuses: bool
+    keys: bool
     quiet_wait: float
     quiet_threshold: float
     drain_timeout: float
@@ -127,6 +128,12 @@ def parse_args(argv: list[str] | None = None) -> Settings:
         help="the simulator sends no status webhooks back (isolates the send path)",
     )
     parser.add_argument(
+        "--idempotency-keys",
+        dest="keys",
+        action="store_true",
+        help="every send carries its own Idempotency-Key (the raw client only)",
+    )
+    parser.add_argument(
         "--quiet-wait",
         type=float,
         default=60.0,
@@ -154,6 +161,10 @@ def parse_args(argv: list[str] | None = None) -> Settings:
         if name not in ("sqlite", "postgresql"):
             parser.error(f"unknown database {name!r}")
     return settings
+
+
+def key_header(settings: Settings) -> str | None:
+    return "Idempotency-Key" if settings.keys else None
 
 
 def cpu_ms_per_ok(figures: dict[str, Any], key: str) -> float | None:
@@ -325,6 +336,7 @@ def measure_gateway(settings: Settings, database: str, database_url: str | None,
                 duration=settings.warmup,
                 keep_bodies=True,
                 client=settings.client,
+                unique_header=key_header(settings),
             )
         )
         if not warm.ok:
@@ -375,6 +387,7 @@ def measure_gateway(settings: Settings, database: str, database_url: str | None,
                 concurrency=settings.concurrency,
                 duration=settings.duration,
                 client=settings.client,
+                unique_header=key_header(settings),
             )
         )
         groups_after = pids()
@@ -415,6 +428,7 @@ async def _open_loop(stack: GatewayStack, settings: Settings) -> LoadResult:
         rate=settings.rate,
         duration=settings.open_duration,
         client=settings.client,
+        unique_header=key_header(settings),
     )
 
 
@@ -496,7 +510,8 @@ def report(results: dict[str, Any]) -> str:
         f"({results['machine']['cpu_model']}), Python {results['machine']['python']}, client {s['client']}",
         f"closed loop: {s['concurrency']} keep-alive connections for {s['duration']:g} s; "
         f"open loop: {s['rate']:g} msg/s for {s['open_duration']:g} s; "
-        f"status webhooks from the simulator: {'on' if s['statuses'] else 'off'}",
+        f"status webhooks from the simulator: {'on' if s['statuses'] else 'off'}; "
+        f"Idempotency-Key on every send: {'yes' if s.get('keys') else 'no'}",
         "",
         f"{'closed loop':<24}{'ok/s':>8}{'x bare':>8}{'p50 ms':>9}{'p99 ms':>9}{'non-2xx':>8}"
         f"{'srv CPU%':>9}{'srv CPU ms/ok':>14}{'cli CPU%':>9}{'db CPU%':>8}{'others%':>8}",
@@ -592,6 +607,7 @@ def main(argv: list[str] | None = None) -> int:
             "client": settings.client,
             "client_uvloop": uvloop,
             "statuses": settings.statuses,
+            "keys": settings.keys,
             "databases": settings.databases,
         },
         "gateways": {},

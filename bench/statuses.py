@@ -1,0 +1,309 @@
+"""Meta status webhooks applied per second (DESIGN.md target: >= 3000/s), on SQLite and PostgreSQL.
+
+For each database:
+1. the gateway (bench/stack.py: simulator, migrate, provision, `wagate serve`) with the simulator's own
+   status webhooks off, so that nothing but this bench posts statuses;
+2. N messages sent through the API (bulk batches of 1000 on a 1000/s channel) and a wait until Meta
+   (the simulator) has every one and the gateway has recorded every wamid: the state a status finds
+   in production, where Meta's answer comes long before its first status;
+3. Meta's three statuses of every message (`sent` with its conversation and pricing, `delivered`,
+   `read`), one status per signed POST as Meta sends them under load, built here in Meta's format
+   from the simulator's log (wamid, recipient, user id, our message id in `biz_opaque_callback_data`)
+   and posted to `/webhooks/whatsapp` over `--concurrency` keep-alive connections: all `sent` first,
+   then all `delivered`, then all `read`;
+4. from the first POST until every message reads `read` in the database and no stored webhook is
+   left: statuses applied per second (3 N over that time), the POSTs' own rate and latency, and the
+   CPU the gateway (and PostgreSQL) spent per status.
+
+Exits 1 when a POST was refused or a status was not applied; a rate below the target is a finding.
+
+    .venv/bin/python bench/statuses.py [--messages 3000] [--backends sqlite,postgresql] [--json F]
+        [--py-spy DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import hmac
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+from common import (
+    CPU_COUNT,
+    cpu_snapshot,
+    cpu_usage,
+    http_json,
+    latency_summary_ms,
+    postgres_available,
+    postgres_backend_pids,
+    start_py_spy,
+    summarize_collapsed,
+    throwaway_postgres_database,
+    utc_stamp,
+    wait_for_quiet,
+)
+from loadgen import RawHttpClient, install_uvloop
+from sqlalchemy import create_engine, text
+from stack import BENCH_CHANNEL, GatewayStack, next_phone_number
+
+TARGET_PER_SECOND = 3000
+STATUSES = ("sent", "delivered", "read")
+BULK_MAX = 1000
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--messages", type=int, default=3000, help="messages, three statuses each")
+    parser.add_argument("--backends", default="sqlite,postgresql")
+    parser.add_argument("--concurrency", type=int, default=64, help="keep-alive connections posting statuses")
+    parser.add_argument("--json", type=Path, default=None, help="write the figures to this file")
+    parser.add_argument("--py-spy", type=Path, default=None, metavar="DIR", help="profile `wagate serve`")
+    parser.add_argument("--quiet-wait", type=float, default=60.0, help="wait up to this for a quiet machine")
+    return parser.parse_args(argv)
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def send_messages(stack: GatewayStack, count: int) -> None:
+    """`count` OTPs in bulk batches (each under the channel's backlog limit), all accepted."""
+    url = f"{stack.url}/v1/accounts/{stack.account_id}/whatsapp/bulk_messages"
+    left = count
+    while left > 0:
+        numbers = [next_phone_number() for _ in range(min(BULK_MAX, left))]
+        body = {
+            "channel_id": stack.channel_id,
+            "template": {"name": "otp_code", "language": "en", "parameters": ["424242"]},
+            "phone_numbers": numbers,
+        }
+        http_json("POST", url, body, headers={"Authorization": f"Bearer {stack.token}"})
+        left -= len(numbers)
+    reached, waited = stack.wait_upstream(count, timeout=120.0)
+    if not reached:
+        raise RuntimeError(
+            f"the simulator has {stack.upstream_total()} of {count} sends after {waited:.0f} s"
+        )
+
+
+def status_body(entry: dict[str, Any], status: str, timestamp: int) -> bytes:
+    """Meta's webhook for one status of one message (docs/meta-formats.md), as the simulator sends it."""
+    item: dict[str, Any] = {
+        "id": entry["wamid"],
+        "status": status,
+        "timestamp": str(timestamp),
+        "recipient_id": entry["to"].lstrip("+"),
+        "recipient_user_id": entry["user_id"],
+        "biz_opaque_callback_data": entry["biz_opaque_callback_data"],
+    }
+    if status in ("sent", "delivered"):
+        item["conversation"] = {
+            "id": hashlib.sha256(f"{entry['to']}/utility".encode()).hexdigest()[:32],
+            "origin": {"type": "utility"},
+        }
+        if status == "sent":
+            item["conversation"]["expiration_timestamp"] = str(timestamp + 24 * 3600)
+        item["pricing"] = {"billable": True, "pricing_model": "PMP", "type": "regular", "category": "utility"}
+    contact = {"wa_id": entry["to"].lstrip("+"), "user_id": entry["user_id"]}
+    value = {
+        "messaging_product": "whatsapp",
+        "metadata": {
+            "display_phone_number": BENCH_CHANNEL["display_phone_number"],
+            "phone_number_id": BENCH_CHANNEL["phone_number_id"],
+        },
+        "contacts": [contact],
+        "statuses": [item],
+    }
+    change = {"value": value, "field": "messages"}
+    return orjson.dumps(
+        {
+            "object": "whatsapp_business_account",
+            "entry": [{"id": BENCH_CHANNEL["waba_id"], "changes": [change]}],
+        }
+    )
+
+
+def signed(body: bytes, app_secret: str) -> tuple[bytes, bytes]:
+    signature = hmac.new(app_secret.encode(), body, hashlib.sha256).hexdigest()
+    return body, b"X-Hub-Signature-256: sha256=%s\r\n" % signature.encode()
+
+
+async def post_all(
+    url: str, bodies: list[tuple[bytes, bytes]], concurrency: int
+) -> tuple[list[float], list[int]]:
+    """POST every body in order over `concurrency` connections; each POST's latency and status."""
+    client = RawHttpClient(url, {"Content-Type": "application/json"}, concurrency, 30.0)
+    queue = iter(bodies)
+    latencies: list[float] = []
+    statuses: list[int] = []
+
+    async def worker() -> None:
+        for body, head in queue:
+            start = time.perf_counter()
+            try:
+                status, _ = await client.post(body, head)
+            except Exception:  # counted as status 0
+                status = 0
+            latencies.append(time.perf_counter() - start)
+            statuses.append(status)
+
+    try:
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    finally:
+        await client.close()
+    return latencies, statuses
+
+
+def applied(engine: Any, messages: int) -> tuple[int, int]:
+    """(messages that read `read`, stored Meta webhooks not applied yet)."""
+    with engine.connect() as conn:
+        read = conn.scalar(text("SELECT count(*) FROM messages WHERE status = 'read'"))
+        waiting = conn.scalar(text("SELECT count(*) FROM outbox WHERE kind = 'meta_webhook'"))
+    return int(read or 0), int(waiting or 0)
+
+
+def wait_recorded(engine: Any, count: int, timeout: float = 60.0) -> None:
+    """Until the gateway has recorded the wamid of every message (Meta's answer, before any status)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with engine.connect() as conn:
+            done = conn.scalar(text("SELECT count(*) FROM messages WHERE upstream_message_id IS NOT NULL"))
+        if int(done or 0) >= count:
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"the gateway recorded {done} of {count} wamids in {timeout:.0f} s")
+
+
+def measure(
+    settings: argparse.Namespace, backend: str, database_url: str | None, db_name: str | None
+) -> dict:
+    with GatewayStack(database_url=database_url, messages_per_second=1000) as stack:
+        assert stack.server is not None and stack.sim is not None and stack.database_url is not None
+        stack.sim_configure(auto_statuses=False)
+        sync_url = stack.database_url.replace("sqlite+aiosqlite:", "sqlite:", 1)
+        engine = create_engine(
+            sync_url, connect_args={"timeout": 30} if sync_url.startswith("sqlite") else {}
+        )
+        try:
+            count = settings.messages
+            log(f"{backend}: sending {count} messages")
+            send_messages(stack, count)
+            wait_recorded(engine, count)
+            entries = stack.upstream_messages()
+            now = int(time.time())
+            bodies = [
+                signed(status_body(entry, status, now + step), stack.app_secret)
+                for step, status in enumerate(STATUSES)
+                for entry in entries
+            ]
+            pids = {"server": [stack.server.pid]}
+            if db_name is not None:
+                pids["postgres"] = postgres_backend_pids(db_name)
+            machine = wait_for_quiet(
+                [p for group in pids.values() for p in group] + [stack.sim.pid], timeout=settings.quiet_wait
+            )
+            spy = None
+            if settings.py_spy is not None:
+                settings.py_spy.mkdir(parents=True, exist_ok=True)
+                spy = start_py_spy(stack.server.pid, settings.py_spy / f"statuses-{backend}.txt", 30.0)
+            log(f"{backend}: posting {len(bodies)} statuses over {settings.concurrency} connections")
+            before = cpu_snapshot([p for group in pids.values() for p in group])
+            start = time.perf_counter()
+            latencies, answers = asyncio.run(
+                post_all(f"{stack.url}/webhooks/whatsapp", bodies, settings.concurrency)
+            )
+            posted = time.perf_counter() - start
+            read = waiting = 0
+            deadline = time.monotonic() + 120.0
+            while time.monotonic() < deadline:
+                read, waiting = applied(engine, count)
+                if read >= count and waiting == 0:
+                    break
+                time.sleep(0.02)
+            elapsed = time.perf_counter() - start
+            after = cpu_snapshot([p for group in pids.values() for p in group])
+            if spy is not None:
+                spy.send_signal(signal.SIGINT)  # py-spy writes what it sampled when interrupted
+                spy.wait(timeout=30)
+        finally:
+            engine.dispose()
+        cpu = cpu_usage(before, after, pids)
+        statuses = len(bodies)
+        figures: dict[str, Any] = {
+            "backend": backend,
+            "messages": count,
+            "statuses": statuses,
+            "refused_posts": sum(1 for a in answers if a != 200),
+            "all_applied": read >= count and waiting == 0,
+            "posted_per_second": round(statuses / posted, 1),
+            "post_latency": latency_summary_ms(latencies),
+            "applied_per_second": round(statuses / elapsed, 1),
+            "seconds": round(elapsed, 2),
+            "server_cpu_ms_per_status": round(cpu["server_pct"] / 100 * elapsed * 1000 / statuses, 3),
+            "cpu": cpu,
+            "machine_before": machine,
+        }
+        if "postgres_pct" in cpu:
+            figures["postgres_cpu_ms_per_status"] = round(
+                cpu["postgres_pct"] / 100 * elapsed * 1000 / statuses, 3
+            )
+        if spy is not None and settings.py_spy is not None:
+            figures["profile"] = summarize_collapsed(settings.py_spy / f"statuses-{backend}.txt")
+        return figures
+
+
+def report(results: list[dict[str, Any]]) -> str:
+    lines = [
+        "",
+        f"{'status webhooks':<22}{'statuses':>9}{'posted/s':>10}{'applied/s':>10}{'target':>8}{'met':>5}"
+        f"{'POST p99 ms':>12}{'srv ms/status':>14}{'db ms/status':>13}",
+    ]
+    for r in results:
+        met = "yes" if r["applied_per_second"] >= TARGET_PER_SECOND and r["all_applied"] else "no"
+        db = r.get("postgres_cpu_ms_per_status")
+        lines.append(
+            f"{r['backend']:<22}{r['statuses']:>9}{r['posted_per_second']:>10.0f}{r['applied_per_second']:>10.0f}"
+            f"{TARGET_PER_SECOND:>8}{met:>5}{r['post_latency']['p99_ms']:>12.1f}{r['server_cpu_ms_per_status']:>14.3f}"
+            f"{db if db is not None else '-':>13}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    settings = parse_args(argv)
+    install_uvloop()
+    results = []
+    for backend in [b.strip() for b in settings.backends.split(",") if b.strip()]:
+        if backend == "sqlite":
+            results.append(measure(settings, backend, None, None))
+        elif backend == "postgresql":
+            if not postgres_available():
+                log("postgresql: 127.0.0.1:5432 does not answer; skipped")
+                continue
+            with throwaway_postgres_database() as (url, name):
+                results.append(measure(settings, backend, url, name))
+        else:
+            raise SystemExit(f"unknown backend {backend!r}")
+    print(report(results))
+    if settings.json is not None:
+        settings.json.write_text(
+            json.dumps({"date": utc_stamp(), "cpus": CPU_COUNT, "results": results}, indent=2)
+        )
+    failed = [r["backend"] for r in results if r["refused_posts"] or not r["all_applied"]]
+    if failed:
+        log(f"statuses refused or not applied on: {', '.join(failed)}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
