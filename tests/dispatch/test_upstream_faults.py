@@ -173,6 +173,27 @@ def drained(gateway: Gateway) -> dict[str, int]:
     return wait_for(settled, timeout=60, interval=0.2, what="the outbox to drain")
 
 
+def outbox_diagnostics(gateway: Gateway, message_ids: list[str]) -> str:
+    """What the outbox says of these messages' sends, and what else waits in it: for a failure's message."""
+    marks = ", ".join(f":m{i}" for i in range(len(message_ids[:20])))
+    rows = sql(
+        gateway.database_url,
+        "SELECT message_id, state, attempts, locked_by, locked_until, last_error FROM outbox"  # noqa: S608
+        f" WHERE message_id IN ({marks})",
+        **{f"m{i}": m for i, m in enumerate(message_ids[:20])},
+    )
+    webhooks = sql(
+        gateway.database_url,
+        "SELECT state, attempts, run_at, created_at, last_error FROM outbox WHERE kind = 'meta_webhook'"
+        " ORDER BY created_at LIMIT 5",
+    )
+    letters = sql(gateway.database_url, "SELECT kind, reference, error FROM dead_letters LIMIT 5")
+    return (
+        f"now {sql(gateway.database_url, 'SELECT CURRENT_TIMESTAMP')[0][0]}; their send rows {rows[:10]}; "
+        f"stored Meta webhooks {webhooks}; dead letters {letters}; leftovers {leftovers(gateway)}"
+    )
+
+
 def wait_final(
     gateway: Gateway, expected: dict[str, tuple[str, str | None]], timeout: float = 90.0
 ) -> dict[str, tuple[str, str | None, str | None]]:
@@ -189,7 +210,10 @@ def wait_final(
             return now
         if time.monotonic() > deadline:
             sample = dict(list(wrong.items())[:10])
-            raise AssertionError(f"{len(wrong)} of {len(expected)} messages not in their state: {sample}")
+            raise AssertionError(
+                f"{len(wrong)} of {len(expected)} messages not in their state: {sample}; "
+                f"{outbox_diagnostics(gateway, list(wrong))}"
+            )
         time.sleep(0.2)
 
 
@@ -295,7 +319,12 @@ def test_a_storm_of_every_fault_at_once(gateway: Gateway, faulty_sim: Simulator)
         return now if all(s[0] in ("delivered", "failed") for s in now.values()) else None
 
     started = time.monotonic()
-    final = wait_for(all_final, timeout=60, interval=0.3, what="every message to end delivered or failed")
+    try:
+        final = wait_for(all_final, timeout=60, interval=0.3, what="every message to end delivered or failed")
+    except AssertionError as exc:
+        now = states(gateway, ids)
+        open_ones = [m for m, state in now.items() if state[0] not in ("delivered", "failed")]
+        raise AssertionError(f"{exc}; {outbox_diagnostics(gateway, open_ones)}") from None
     elapsed = time.monotonic() - started
     left = drained(gateway)
     final = states(gateway, ids)
