@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from support import MAIN, Gateway, new_number, wait_for
+from support import MAIN, Gateway, marketing_preference, new_number, wait_for
 
 OTP = {"name": "otp_code", "language": "en", "parameters": ["654321"]}
 
@@ -162,6 +163,37 @@ def test_idempotency_key_replays_the_first_response_and_sends_once(gateway: Gate
     assert len(gateway.sim.messages(to=number)) == 1
     too_long = gateway.send(body, **{"Idempotency-Key": "k" * 256})
     assert too_long.status_code == 422
+
+
+def test_a_repeat_gets_its_first_answer_though_the_send_would_now_be_refused(gateway: Gateway) -> None:
+    """The key decides before the checks: a client retrying a marketing send after the customer said
+    STOP gets the 201 it missed (the message went out), not a 422 for a send it never meant twice;
+    another body under that key is still 422 `idempotency_key_reused`."""
+    number = new_number()
+    sale = {"name": "spring_sale", "language": "en", "parameters": ["20%", "20%", "spring"]}
+    body = {"phone_number": number, "template": sale}
+    key = {"Idempotency-Key": f"sale-{number}"}
+    first = gateway.send(body, **key)
+    assert first.status_code == 201, first.text
+    marketing_preference(gateway, number, "stop", int(time.time()))
+    wait_for(  # a dry run: the same checks, nothing sent
+        lambda: (
+            gateway.http.post(
+                gateway.v1("/whatsapp/messages"),
+                params={"dry_run": "true"},
+                json={"channel_id": gateway.ids["main"], **body},
+                headers=gateway.headers(),
+            ).status_code
+            == 422
+        ),
+        what="the customer's stop to apply",
+    )
+    again = gateway.send(body, **key)
+    assert (again.status_code, again.json()) == (201, first.json())
+    other = gateway.send({**body, "template": {**sale, "parameters": ["30%", "30%", "summer"]}}, **key)
+    assert other.status_code == 422 and other.json()["error"]["code"] == "idempotency_key_reused"
+    wait_for(lambda: gateway.sim.messages(to=number), what="the first send at Meta")
+    assert len(gateway.sim.messages(to=number)) == 1
 
 
 def test_idempotency_keys_are_scoped_to_the_api_key(gateway: Gateway) -> None:

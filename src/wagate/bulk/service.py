@@ -38,7 +38,7 @@ from wagate.errors import (
     TemplateParametersMismatch,
     TooManyRecipients,
 )
-from wagate.idempotency.service import IdempotentRequest, remember_accepted
+from wagate.idempotency.service import AlreadyAnswered, IdempotentRequest, answered_before, remember_accepted
 from wagate.ids import new_id
 from wagate.logs import note_request
 from wagate.lookups import Lookups
@@ -245,14 +245,18 @@ async def accept_batch(
     dispatcher = gateway.dispatcher
     note_request(batch_id=batch.batch_id, channel=batch.channel_id, messages=len(batch.sends))
 
-    def unit(session: Session) -> None:
+    def unit(session: Session) -> AlreadyAnswered | None:
+        if (repeat := answered_before(session, idem)) is not None:
+            return repeat
         repository.store_batch(session, batch, notify_others=not dispatcher.owns(batch.channel_id))
         remember_accepted(
             session, idem, 202, batch.response, ttl_seconds=gateway.settings.idempotency_ttl_seconds
         )
+        return None
 
     # A large unit: on PostgreSQL it commits beside the group commit, so single sends do not wait.
-    await gateway.db.write(unit, large=True)
+    if (repeat := await gateway.db.write(unit, large=True)) is not None:
+        raise repeat  # nothing stored
     dispatcher.wake(batch.channel_id)
     dispatcher.wake_events()
     return batch.response

@@ -9,6 +9,7 @@ from sqlalchemy.exc import IntegrityError
 
 from wagate.accounts.auth import Principal
 from wagate.db import Database
+from wagate.errors import WagateError
 from wagate.idempotency import service as idempotency
 from wagate.responses import FastJSONResponse as JSONResponse
 
@@ -25,7 +26,8 @@ async def answer_once(
     accept: Accept,
 ) -> JSONResponse:
     """`accept(idem)` the request, unless its key was answered already (the same answer again) or is
-    being answered right now (409). `accept` stores its response with the key in its own transaction."""
+    being answered right now (409). `accept`'s unit looks for the key first (`answered_before`: then
+    it stores nothing and `AlreadyAnswered` comes out) and stores its response with the key last."""
     if key is None or principal.api_key_id is None:  # keys are per API key; the dashboard has none
         return await accept(None)
     idem = idempotency.IdempotentRequest(
@@ -34,16 +36,23 @@ async def answer_once(
         request_hash=idempotency.request_hash(path, body.model_dump(mode="json")),
     )
     async with in_flight.hold(idem):
-        async with db.read() as session:
-            stored = await idempotency.find_response(session, idem)
-        if stored is not None:
-            return JSONResponse(stored.body, status_code=stored.status_code)
         try:
             return await accept(idem)
+        except idempotency.AlreadyAnswered as repeat:  # found in the accepting unit, which stored nothing
+            first = repeat.replay(idem)
+            return JSONResponse(first.body, status_code=first.status_code)
+        except WagateError:
+            # Refused now (its template removed since, say), yet a repeat gets its first answer, and a
+            # different body under a used key 422: what the key says comes before what the checks say.
+            async with db.read() as session:
+                stored = await idempotency.find_response(session, idem)
+            if stored is None:
+                raise
+            return JSONResponse(stored.body, status_code=stored.status_code)
         except IntegrityError:
-            # Another process committed the same key after our read: the key's primary key refused
-            # ours, so nothing of this request was stored (see `remember_response`). This is a repeat
-            # of that request: its response, or 422 if the bodies differ.
+            # Another process committed the same key after our unit looked for it: the key's primary
+            # key refused ours, so nothing of this request was stored (see `remember_accepted`). This
+            # is a repeat of that request: its response, or 422 if the bodies differ.
             async with db.read() as session:
                 stored = await idempotency.find_response(session, idem)
             if stored is None:

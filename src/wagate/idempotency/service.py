@@ -14,11 +14,11 @@ from datetime import timedelta
 from typing import Any
 
 import orjson
-from sqlalchemy import delete, select
+from sqlalchemy import bindparam, delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
-from wagate.db import utcnow
+from wagate.db import table_of, utcnow
 from wagate.errors import IdempotencyKeyInUse, IdempotencyKeyReused, InvalidRequest
 from wagate.idempotency.models import IdempotencyKey
 
@@ -29,6 +29,32 @@ MAX_KEY_LENGTH = 255
 class StoredResponse:
     status_code: int
     body: dict[str, Any]
+
+
+class AlreadyAnswered(Exception):
+    """The key was answered before: the unit that would have accepted the request stored nothing, and
+    this is the first answer (`answer_once` replays it, or refuses a different body with 422)."""
+
+    def __init__(self, stored: StoredResponse, request_hash: str) -> None:
+        super().__init__("the Idempotency-Key was answered before")
+        self.stored = stored
+        self.request_hash = request_hash
+
+    def replay(self, request: IdempotentRequest) -> StoredResponse:
+        """The first answer, for a repeat of its request; 422 for another body under the same key."""
+        if self.request_hash != request.request_hash:
+            raise IdempotencyKeyReused()
+        return self.stored
+
+
+# Built once, values bound at execution: a careful client sends a key with every send.
+_KEYS = table_of(IdempotencyKey)
+_THE_KEY = (_KEYS.c.api_key_id == bindparam("api_key_id")) & (_KEYS.c.key == bindparam("key"))
+_FIND_KEY = select(
+    _KEYS.c.request_hash, _KEYS.c.response_status, _KEYS.c.response_body, _KEYS.c.expires_at
+).where(_THE_KEY)
+_DROP_KEY = delete(_KEYS).where(_THE_KEY)
+_STORE_KEY = insert(_KEYS)
 
 
 @dataclass(frozen=True)
@@ -63,42 +89,28 @@ async def find_response(session: AsyncSession, request: IdempotentRequest) -> St
     )
     if row is None:
         return None
-    if row.request_hash != request.request_hash:
-        raise IdempotencyKeyReused()
-    return StoredResponse(row.response_status, row.response_body)
-
-
-def remember_response(
-    session: Session, request: IdempotentRequest, response: StoredResponse, *, ttl_seconds: int
-) -> None:
-    """Store the response with the key, in the unit that stores what the request did.
-
-    A live row for the key is another request's: it was committed after our `find_response` (by
-    another process, since this one holds the key meanwhile). It stays, the insert hits the primary
-    key, and the whole unit fails with IntegrityError, so nothing of this request is stored;
-    `answer_once` then answers with that row as a repeat.
-    """
-    now = utcnow()
-    # An expired row for the key may still be there until the purge runs: only that one goes.
-    session.execute(
-        delete(IdempotencyKey).where(
-            IdempotencyKey.api_key_id == request.api_key_id,
-            IdempotencyKey.key == request.key,
-            IdempotencyKey.expires_at <= now,
-        )
+    return AlreadyAnswered(StoredResponse(row.response_status, row.response_body), row.request_hash).replay(
+        request
     )
-    session.add(
-        IdempotencyKey(
-            api_key_id=request.api_key_id,
-            key=request.key,
-            request_hash=request.request_hash,
-            response_status=response.status_code,
-            response_body=response.body,
-            created_at=now,
-            expires_at=now + timedelta(seconds=ttl_seconds),
-        )
-    )
-    session.flush()
+
+
+def answered_before(session: Session, request: IdempotentRequest | None) -> AlreadyAnswered | None:
+    """First thing in the unit that accepts a request with a key: the key's first answer when it has
+    one (the unit then stores nothing and returns it), else None, and an expired row for the key goes.
+
+    Asked in the accepting transaction rather than in a read of its own before it: that read cost
+    more than the rest of a send (a session, a connection and, on SQLite, thread hand-offs;
+    docs/performance.md, "Idempotency keys")."""
+    if request is None:
+        return None
+    where = {"api_key_id": request.api_key_id, "key": request.key}
+    row = session.execute(_FIND_KEY, where).first()
+    if row is None:
+        return None
+    if row.expires_at > utcnow():
+        return AlreadyAnswered(StoredResponse(row.response_status, row.response_body), row.request_hash)
+    session.execute(_DROP_KEY, where)  # expired, not purged yet
+    return None
 
 
 def remember_accepted(
@@ -109,9 +121,27 @@ def remember_accepted(
     *,
     ttl_seconds: int,
 ) -> None:
-    """In the transaction that accepts a request: remember its response under its key, if it has one."""
-    if request is not None:
-        remember_response(session, request, StoredResponse(status_code, body), ttl_seconds=ttl_seconds)
+    """Last thing in the unit that accepts a request: remember its response under its key, if it has
+    one (`answered_before` came first in the same unit).
+
+    A row for the key now is another process's request, committed after our `answered_before` (this
+    process holds the key meanwhile): the insert hits the primary key and the whole unit fails with
+    IntegrityError, so nothing of this request is stored; `answer_once` then replays that row."""
+    if request is None:
+        return
+    now = utcnow()
+    session.execute(
+        _STORE_KEY,
+        {
+            "api_key_id": request.api_key_id,
+            "key": request.key,
+            "request_hash": request.request_hash,
+            "response_status": status_code,
+            "response_body": body,
+            "created_at": now,
+            "expires_at": now + timedelta(seconds=ttl_seconds),
+        },
+    )
 
 
 def purge_expired(session: Session) -> int:

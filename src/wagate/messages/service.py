@@ -26,7 +26,7 @@ from wagate.errors import (
 )
 from wagate.events.subscriptions import Subscriptions
 from wagate.events.urls import check_url
-from wagate.idempotency.service import IdempotentRequest, remember_accepted
+from wagate.idempotency.service import AlreadyAnswered, IdempotentRequest, answered_before, remember_accepted
 from wagate.ids import new_id
 from wagate.logs import current_request_id, note_request
 from wagate.lookups import Lookups
@@ -260,7 +260,9 @@ async def accept_send(
     # commit, without a claim of its own.
     claim = dispatcher.prepare_claim(prepared.channel_id)
 
-    def unit(session: Session) -> int:
+    def unit(session: Session) -> int | AlreadyAnswered:
+        if (repeat := answered_before(session, idem)) is not None:
+            return repeat
         job_id = store_send(
             session, prepared, notify_others=not dispatcher.owns(prepared.channel_id), claim=claim
         )
@@ -268,6 +270,8 @@ async def accept_send(
         return job_id
 
     job_id = await gateway.db.write(unit)
+    if isinstance(job_id, AlreadyAnswered):
+        raise job_id  # nothing stored, nothing to send (the slot `claim` held runs out with its second)
     if claim is not None:
         claim.started(
             ClaimedSend(
