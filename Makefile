@@ -9,7 +9,7 @@ STAMP = $(VENV)/.installed-stamp
 TOOLS ?= .venv-tools
 TOOLS_STAMP = $(TOOLS)/.installed-stamp
 
-.PHONY: sandbox test lint bench bench-events bench-bulk bench-scale install fuzz
+.PHONY: sandbox test lint bench bench-send bench-statuses bench-events bench-bulk bench-scale install fuzz
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,8 +43,15 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# Every target of DESIGN.md on SQLite and PostgreSQL in one table (runs the benchmarks below; a few minutes).
 bench: $(STAMP)
+	$(BIN)/python bench/targets.py
+
+bench-send: $(STAMP)
 	$(BIN)/python bench/send_path.py
+
+bench-statuses: $(STAMP)
+	$(BIN)/python bench/statuses.py
 
 bench-events: $(STAMP)
 	$(BIN)/python bench/events_delivery.py
