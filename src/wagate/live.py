@@ -134,7 +134,7 @@ class LiveFeed:
 # The name (`application_name`) of an API process's LISTEN session. An API process is what receives
 # Meta's webhooks, so a worker reads in `pg_stat_activity` whether one has been up long enough for
 # Meta's retried status webhooks to have reached the gateway (dispatch/dispatcher.py,
-# `_webhooks_could_arrive`).
+# `_receiving_since`).
 API_SESSION_PREFIX = "wagate-api "
 API_SESSION_NAME = f"{API_SESSION_PREFIX}{os.getpid()}@{socket.gethostname()}"[:63]  # PostgreSQL keeps 63
 

@@ -192,27 +192,28 @@ class Dispatcher:
                     await self._run_periodic(job)
         return busy
 
-    async def _webhooks_could_arrive(self) -> bool:
-        """Whether Meta's status webhooks for a send made before its lease ran out could have reached
-        the gateway: silence proves the send never reached Meta only if they could.
+    async def _receiving_since(self) -> datetime | None:
+        """Since when Meta's status webhooks have been reaching the gateway, if for a whole grace
+        period at least (None otherwise): silence proves a send never reached Meta only if they could.
 
         This process has listened for a whole grace period (see `_tick`); on PostgreSQL the webhooks
         come to the API processes, which may not be this one, so one of them must have been up as long
-        (its LISTEN session's start, in `pg_stat_activity`). Without it, an API process down longer
-        than a send's lease while a worker runs would have the worker send again what Meta had
-        (the crash matrix: 4 of 300, serve killed with sends under way, back 5.3 s later)."""
-        if self.db.is_sqlite:
-            return True  # one process: this one receives them
+        (its LISTEN session's start, in `pg_stat_activity`; the longest-running one, since Meta's
+        retries reach whichever answers). Without it, an API process down longer than a send's lease
+        while a worker runs would have the worker send again what Meta had (the crash matrix: 4 of 300,
+        serve killed with sends under way, back 5.3 s later)."""
         grace = self.settings.unconfirmed_send_grace_seconds
+        if self.db.is_sqlite:  # one process: this one receives them
+            return utcnow() - timedelta(seconds=time.monotonic() - self.started_at)
         async with self.db.read() as session:
-            up = await session.scalar(
+            since: datetime | None = await session.scalar(
                 text(
-                    "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name LIKE :prefix"
-                    " AND backend_start <= now() - make_interval(secs => :grace))"
+                    "SELECT min(backend_start) FROM pg_stat_activity WHERE application_name LIKE :prefix"
+                    " AND backend_start <= now() - make_interval(secs => :grace)"
                 ),
                 {"prefix": API_SESSION_PREFIX + "%", "grace": grace},
             )
-        return bool(up)
+        return since
 
     async def _release_unconfirmed(self, subscriptions: Subscriptions, *, webhooks_before: datetime) -> None:
         """Settle sends whose outcome stayed unknown too long (see sends.release_unconfirmed), except
@@ -222,11 +223,18 @@ class Dispatcher:
             expired = await session.run_sync(lambda s: sends.expired_sends(s))
         held = {job for lane in self.lanes.values() for job in lane.holding}
         expired = [job for job in expired if job not in held]
-        if not expired or not await self._webhooks_could_arrive():
+        if not expired:
             return
+        receiving_since = await self._receiving_since()
+        if receiving_since is None:
+            return
+        # Meta's retries of what it could not deliver before then reach us within a grace period.
+        caught_up = receiving_since + timedelta(seconds=self.settings.unconfirmed_send_grace_seconds)
 
         def release(session: Session, job_ids: Sequence[int]) -> int:
-            return sends.release_unconfirmed(session, job_ids, subscriptions, webhooks_before=webhooks_before)
+            return sends.release_unconfirmed(
+                session, job_ids, subscriptions, webhooks_before=webhooks_before, caught_up=caught_up
+            )
 
         events, _ = await write_isolating(self.db, expired, release, sends.park_release)
         if sum(events):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, delete, select, update
+from sqlalchemy import bindparam, delete, func, select, update
 from sqlalchemy.orm import Session
 
 from wagate.bulk.completion import complete_batches
@@ -332,6 +332,7 @@ def release_unconfirmed(
     subscriptions: Subscriptions | None = None,
     *,
     webhooks_before: datetime | None = None,
+    caught_up: datetime | None = None,
 ) -> int:
     """Settle sends whose outcome stayed unknown past their grace period, with no status webhook.
 
@@ -346,9 +347,14 @@ def release_unconfirmed(
 
     `webhooks_before`: when the caller applied the stored Meta webhooks it could. A stored webhook
     from before then that still waits (claimed by a process that died, retried after a failure, or
-    beyond one batch) may hold the status that settles one of these sends: while one does, nothing
-    unsettled is decided, neither sent again (Meta would get it twice) nor failed (it may have been
-    delivered); they are looked at again on the next round.
+    beyond one batch) may hold the status that settles one of these sends, if it was stored before
+    the send's time ran out (`locked_until`: Meta's statuses come within the grace period, which that
+    time includes) or before `caught_up` (when the retries of statuses Meta could not deliver while
+    no receiving process was up have come: its start plus a grace period). While one does, the send is
+    not decided, neither sent again (Meta would get it twice) nor failed (it may have been
+    delivered); it is looked at again on the next round. Webhooks stored later do not hold it back:
+    under steady load there is always a newer one waiting, and a dead worker's sends waited for the
+    load to end (tests/dispatch/test_scale_out.py: 10 s).
     """
     now = utcnow()
     rows = (
@@ -364,13 +370,14 @@ def release_unconfirmed(
     ).all()
     changes: list[StatusChange] = []
     handed: list[str] = []
-    webhooks_waiting: bool | None = None  # asked once, and only if something is unsettled
+    oldest_waiting: datetime | None = None
+    asked = False  # once, and only if something is unsettled
     for job, message in rows:
         settled = message.upstream_message_id is not None or message.status is MessageStatus.failed
         if not settled and webhooks_before is not None:
-            if webhooks_waiting is None:
-                webhooks_waiting = _webhooks_waiting(session, webhooks_before)
-            if webhooks_waiting:
+            if not asked:
+                oldest_waiting, asked = _oldest_waiting_webhook(session, webhooks_before), True
+            if oldest_waiting is not None and _could_hold_its_status(oldest_waiting, job, caught_up):
                 continue
         resend = job.state is JobState.in_flight and not SEND_ORPHANED.exhausted(job.attempts)
         if not settled and resend and job.expires_at is not None and now >= job.expires_at:
@@ -401,14 +408,21 @@ def release_unconfirmed(
     return events + publish_status_changes(session, changes, subscriptions)
 
 
-def _webhooks_waiting(session: Session, before: datetime) -> bool:
-    """Whether a Meta webhook stored before `before` is still waiting to be applied."""
-    waiting = session.scalar(
-        select(OutboxJob.id)
-        .where(OutboxJob.kind == JobKind.meta_webhook, OutboxJob.created_at < before)
-        .limit(1)
+def _could_hold_its_status(stored_at: datetime, job: OutboxJob, caught_up: datetime | None) -> bool:
+    """Whether a webhook stored at `stored_at` may be the status of `job`'s send (see release_unconfirmed)."""
+    if job.locked_until is None or caught_up is None:
+        return True
+    return stored_at < max(job.locked_until, caught_up)
+
+
+def _oldest_waiting_webhook(session: Session, before: datetime) -> datetime | None:
+    """When the oldest Meta webhook stored before `before` and not applied yet was stored."""
+    oldest: datetime | None = session.scalar(
+        select(func.min(OutboxJob.created_at)).where(
+            OutboxJob.kind == JobKind.meta_webhook, OutboxJob.created_at < before
+        )
     )
-    return waiting is not None
+    return oldest
 
 
 def park_release(session: Session, job_id: int, error: str) -> None:

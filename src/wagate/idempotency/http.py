@@ -41,18 +41,12 @@ async def answer_once(
         except idempotency.AlreadyAnswered as repeat:  # found in the accepting unit, which stored nothing
             first = repeat.replay(idem)
             return JSONResponse(first.body, status_code=first.status_code)
-        except WagateError:
-            # Refused now (its template removed since, say), yet a repeat gets its first answer, and a
-            # different body under a used key 422: what the key says comes before what the checks say.
-            async with db.read() as session:
-                stored = await idempotency.find_response(session, idem)
-            if stored is None:
-                raise
-            return JSONResponse(stored.body, status_code=stored.status_code)
-        except IntegrityError:
-            # Another process committed the same key after our unit looked for it: the key's primary
-            # key refused ours, so nothing of this request was stored (see `remember_accepted`). This
-            # is a repeat of that request: its response, or 422 if the bodies differ.
+        except (WagateError, IntegrityError):
+            # WagateError: refused now (its template removed since, say), yet a repeat gets its first
+            # answer, and another body under a used key 422: the key comes before the checks.
+            # IntegrityError: another process committed the same key after our unit looked for it;
+            # the key's primary key refused ours, so nothing of this request was stored (see
+            # `remember_accepted`), and this is a repeat of that request.
             async with db.read() as session:
                 stored = await idempotency.find_response(session, idem)
             if stored is None:
