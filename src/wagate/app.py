@@ -184,7 +184,13 @@ def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True)
         app.state.gateway = Gateway(
             db, settings, secret_box, client, lookups, dispatcher, InFlightKeys(), live, key_rates
         )
-        app.state.receiver = ReceiverDeps(db, settings, lambda: dispatcher.running, dispatcher.wake)
+        app.state.receiver = ReceiverDeps(
+            db,
+            settings,
+            lambda channel_id: dispatcher.running and (channel_id is None or dispatcher.owns(channel_id)),
+            dispatcher.wake,
+            lookups.channel_by_phone_number_id,
+        )
         await live.start()  # PostgreSQL: hear what other processes (workers, other APIs) commit
         if run_dispatcher:
             dispatcher.start()

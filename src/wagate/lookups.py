@@ -10,6 +10,8 @@ import asyncio
 import logging
 from datetime import datetime
 
+from sqlalchemy import select
+
 from wagate.accounts.auth import LAST_USE_PRECISION, Principal, load_principal, record_use
 from wagate.cache import TTLCache
 from wagate.channels.models import Channel
@@ -34,6 +36,7 @@ class Lookups:
         self.principals: TTLCache[str, Principal | None] = TTLCache()
         self.channels: TTLCache[tuple[int, int, int], Channel] = TTLCache()
         self.templates: TTLCache[tuple[int, str, str], Template | None] = TTLCache()
+        self.numbers: TTLCache[str, int | None] = TTLCache()  # phone_number_id: channel id
         self._subscriptions: TTLCache[None, Subscriptions] = TTLCache()
         # Hosts of status_callback URLs found to be public (the SSRF guard), for a minute.
         self.public_hosts: TTLCache[str, bool] = TTLCache(ttl=60.0)
@@ -91,6 +94,19 @@ class Lookups:
                 return await find_template(session, channel_id=channel_id, name=name, language=language)
 
         return await self.templates.get_or_load((channel_id, name, language), load)
+
+    async def channel_by_phone_number_id(self, phone_number_id: str) -> int | None:
+        """The id of the channel with this business phone number id, None if there is none (Meta's
+        webhooks name the number, several times for every message sent)."""
+
+        async def load() -> int | None:
+            async with self.db.read() as session:
+                found: int | None = await session.scalar(
+                    select(Channel.id).where(Channel.phone_number_id == phone_number_id)
+                )
+            return found
+
+        return await self.numbers.get_or_load(phone_number_id, load)
 
     async def subscriptions(self) -> Subscriptions:
         """Every enabled webhook by account and event kind (one small query every few seconds)."""

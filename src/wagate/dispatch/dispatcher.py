@@ -15,6 +15,7 @@ import socket
 import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from functools import partial
 
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
@@ -90,6 +91,22 @@ class Dispatcher:
             self._lanes_needed = True
         self._wake.set()
 
+    def wake_webhooks(self, channel_id: int | None) -> None:
+        """Meta's webhook bodies were stored for the channel (None: for no one channel): apply them now
+        if they are this process's to apply (see `_tick`)."""
+        if channel_id is not None and channel_id not in self.lanes:
+            if self.ownership.held_elsewhere(channel_id):
+                return  # its owner heard the same NOTIFY
+            self._lanes_needed = True  # nobody may send for it yet: take it, and its bodies with it
+        self._wake.set()
+
+    def _heard(self, channel_id: int | None, webhook: bool) -> None:
+        """A NOTIFY from another process (outbox/notify.py)."""
+        if webhook:
+            self.wake_webhooks(channel_id)
+        else:
+            self.wake(channel_id)
+
     def wake_events(self) -> None:
         """Events were written here (a status changed): deliver them now."""
         if self.events is not None:
@@ -123,7 +140,8 @@ class Dispatcher:
         self._task = asyncio.create_task(self._run(), name="wagate-dispatcher")
         self.events = EventLane(self.deps)
         if not self.db.is_sqlite:
-            self._listener = asyncio.create_task(listen_outbox(self.db.url, self.wake), name="wagate-listen")
+            listener = listen_outbox(self.db.url, self._heard)
+            self._listener = asyncio.create_task(listener, name="wagate-listen")
 
     async def stop(self) -> None:
         for task in (self._task, self._listener):
@@ -167,6 +185,10 @@ class Dispatcher:
         batch = await jobs.run_webhook_batch(
             self.db,
             worker_id=self.worker_id,
+            # Only the bodies of the channels this process sends for (and those of no one channel):
+            # another process's status updates would wait on, and deadlock with, their owner's writes
+            # to the same messages rows (the scale-out test: 1 s stalls, PostgreSQL's deadlock_timeout).
+            channels=None if self.ownership.sole else set(self.lanes),
             subscriptions=subscriptions,
             prices=self.settings.prices,
             held=self._held_webhooks,
@@ -268,12 +290,13 @@ class Dispatcher:
             await self.db.write(fail)
 
     async def _start_lanes(self) -> None:
-        """Own every channel with due sends that no other worker owns, and run a lane for each."""
+        """Own every channel with due sends or stored webhook bodies that no other worker owns, and run
+        a lane for each."""
         async with self.db.read() as session:
             due = await session.scalars(
                 select(OutboxJob.channel_id)
                 .where(
-                    OutboxJob.kind == JobKind.send_message,
+                    OutboxJob.kind.in_((JobKind.send_message, JobKind.meta_webhook)),
                     OutboxJob.state == JobState.ready,
                     OutboxJob.run_at <= utcnow(),
                 )
@@ -281,6 +304,11 @@ class Dispatcher:
             )
             due_channels = {c for c in due if c is not None}
         held = await self.ownership.acquire(due_channels)
+        taken = held - set(self.lanes)
+        if taken and not self.ownership.sole:
+            await self.db.write(
+                partial(jobs.take_over_webhooks, channel_ids=taken, worker_id=self.worker_id), first=True
+            )
         for channel_id in held:
             lane = self.lanes.get(channel_id)
             if lane is None:

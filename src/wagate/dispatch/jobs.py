@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -58,8 +58,16 @@ class ClaimedJob:
 
 
 def claim_jobs(
-    session: Session, *, kind: JobKind, limit: int, worker_id: str, lease_seconds: float | None = None
+    session: Session,
+    *,
+    kind: JobKind,
+    limit: int,
+    worker_id: str,
+    lease_seconds: float | None = None,
+    channels: Collection[int] | None = None,
 ) -> list[ClaimedJob]:
+    """Take up to `limit` due jobs of `kind`, oldest first; `channels`: only those of these channels
+    and those of none."""
     if lease_seconds is None:
         lease_seconds = WEBHOOK_LEASE_SECONDS if kind is JobKind.meta_webhook else JOB_LEASE_SECONDS
     now = utcnow()
@@ -74,6 +82,8 @@ def claim_jobs(
         .order_by(OutboxJob.id)
         .limit(limit)
     )
+    if channels is not None:
+        due = due.where(OutboxJob.channel_id.is_(None) | OutboxJob.channel_id.in_(sorted(channels)))
     rows = claim_rows(
         session,
         due,
@@ -119,6 +129,23 @@ def release_jobs(session: Session, job_ids: list[int]) -> None:
         )
 
 
+def take_over_webhooks(session: Session, channel_ids: Collection[int], worker_id: str) -> None:
+    """This process has just taken these channels: their webhook bodies claimed by another process
+    are due again now. That process no longer sends for the channels (it died, or lost its locks'
+    connection), so it will not apply them either, and they must not wait out their lease: an
+    orphaned send they would settle waits with them. Should it still apply one, nothing changes twice
+    (see WEBHOOK_LEASE_SECONDS)."""
+    session.execute(
+        update(OutboxJob)
+        .where(
+            OutboxJob.kind == JobKind.meta_webhook,
+            OutboxJob.channel_id.in_(sorted(channel_ids)),
+            OutboxJob.locked_by != worker_id,
+        )
+        .values(locked_by=None, locked_until=None)
+    )
+
+
 def retry_or_bury(session: Session, job: ClaimedJob, error: str) -> None:
     """A body that failed alone: tried again with backoff, or, once it has failed WEBHOOK_ATTEMPTS
     times, moved to the dead letters in the transaction that takes it out of the outbox."""
@@ -158,9 +185,11 @@ async def run_webhook_batch(
     subscriptions: Subscriptions | None = None,
     prices: Prices | None = None,
     held: Sequence[ClaimedJob] = (),
+    channels: Collection[int] | None = None,
 ) -> WebhookBatch:
     """Claim and apply stored Meta webhooks (first those of `held`, still claimed from a try the
-    database went away during), and say how it went.
+    database went away during), and say how it went. `channels`: only the bodies of these channels
+    (and those of none).
 
     The batch is one unit of work; only when it fails is it split, down to the bodies that fail alone
     (about twenty units for one bad body among 500), so the others are applied now, not after its
@@ -169,7 +198,9 @@ async def run_webhook_batch(
     after the database came back."""
 
     def claim(session: Session) -> list[ClaimedJob]:
-        return claim_jobs(session, kind=JobKind.meta_webhook, limit=WEBHOOK_BATCH, worker_id=worker_id)
+        return claim_jobs(
+            session, kind=JobKind.meta_webhook, limit=WEBHOOK_BATCH, worker_id=worker_id, channels=channels
+        )
 
     jobs = list(held) or await db.write(claim)
     if not jobs:

@@ -18,12 +18,13 @@ async def lane_depths(session: AsyncSession, now: datetime) -> list[LaneDepth]:
     One grouped statement over the outbox, read when Prometheus scrapes (every 15 s or so), never on
     the send path."""
     oldest_due = func.min(case((OutboxJob.run_at <= now, OutboxJob.run_at)))
-    statement = select(OutboxJob.kind, OutboxJob.channel_id, func.count(), oldest_due).group_by(
-        OutboxJob.kind, OutboxJob.channel_id
-    )
+    # Only sends have a lane per channel; other kinds' rows may name a channel too (a stored webhook
+    # body, a template sync) but wait in one lane of their kind.
+    lane = case((OutboxJob.kind == JobKind.send_message, OutboxJob.channel_id)).label("lane")
+    statement = select(OutboxJob.kind, lane, func.count(), oldest_due).group_by(OutboxJob.kind, lane)
     depths = []
     for kind, channel_id, count, oldest in (await session.execute(statement)).all():
         age = max(0.0, (now - oldest).total_seconds()) if oldest is not None else 0.0
-        channel = str(channel_id) if kind == JobKind.send_message and channel_id is not None else ""
+        channel = str(channel_id) if channel_id is not None else ""
         depths.append(LaneDepth(str(kind.value if isinstance(kind, JobKind) else kind), channel, count, age))
     return depths

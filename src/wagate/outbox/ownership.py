@@ -46,6 +46,8 @@ CLAIMED_ELSEWHERE = """
 
 
 class ChannelOwnership(Protocol):
+    sole: bool  # this process is the only dispatcher: every channel is its own, asked or not
+
     async def acquire(self, channel_ids: Iterable[int]) -> set[int]:
         """Take what can be taken of `channel_ids`; returns every channel held now."""
         ...
@@ -63,6 +65,8 @@ class ChannelOwnership(Protocol):
 
 
 class SingleProcessOwnership:
+    sole = True
+
     def __init__(self) -> None:
         self.held: set[int] = set()
 
@@ -81,6 +85,8 @@ class SingleProcessOwnership:
 
 
 class AdvisoryLockOwnership:
+    sole = False
+
     def __init__(self, database_url: str) -> None:
         self.url = libpq_url(database_url)
         self.conn: psycopg.AsyncConnection[tuple[object, ...]] | None = None

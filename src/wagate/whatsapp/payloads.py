@@ -361,6 +361,21 @@ def check_envelope(body: Any) -> None:
         raise MalformedWebhook("body.entry must be a list")
 
 
+def phone_number_ids(body: dict[str, Any]) -> set[str]:
+    """The business phone numbers a webhook body is about (`entry[].changes[].value.metadata`), read
+    without judging the rest: what is odd is kept for an operator when the body is applied."""
+    found: set[str] = set()
+    for entry in body.get("entry") or ():
+        changes = entry.get("changes") if isinstance(entry, dict) else None
+        for change in changes if isinstance(changes, list) else ():
+            value = change.get("value") if isinstance(change, dict) else None
+            metadata = value.get("metadata") if isinstance(value, dict) else None
+            number = metadata.get("phone_number_id") if isinstance(metadata, dict) else None
+            if isinstance(number, str | int):
+                found.add(str(number))
+    return found
+
+
 def parse_webhook(body: Any) -> Webhook:
     """Every change of the fields the gateway applies, in order, and every item that could not be read.
 

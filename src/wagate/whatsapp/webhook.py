@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hmac
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import orjson
@@ -20,7 +20,7 @@ from wagate.limits import ESCAPED_CONTROL_CHARACTER, without_control_characters
 from wagate.outbox.models import JobKind, OutboxJob, Priority, outbox_row
 from wagate.outbox.notify import notify_outbox
 from wagate.responses import FastJSONResponse as JSONResponse
-from wagate.whatsapp.payloads import MalformedWebhook, check_envelope
+from wagate.whatsapp.payloads import MalformedWebhook, check_envelope, phone_number_ids
 from wagate.whatsapp.signature import verify
 
 log = logging.getLogger(__name__)
@@ -35,8 +35,12 @@ class ReceiverDeps:
 
     db: Database
     settings: Settings
-    applied_here: Callable[[], bool]  # this process's dispatcher applies stored bodies (else NOTIFY)
+    # This process's dispatcher applies the channel's stored bodies (else NOTIFY its owner).
+    applied_here: Callable[[int | None], bool]
     wake: Callable[[], None]  # stored bodies are waiting: apply them now
+    # The channel of a business phone number id (None: not ours): a body is applied by the process
+    # that sends for its channel (see `receive`).
+    channel_of: Callable[[str], Awaitable[int | None]]
 
 
 def _deps(request: Request) -> ReceiverDeps:
@@ -77,16 +81,26 @@ async def receive(request: Request) -> Response:
     if ESCAPED_CONTROL_CHARACTER.search(raw):
         # Stored as text (a customer's message), where PostgreSQL refuses NUL: shown as U+FFFD.
         body = without_control_characters(body)
+    # Stored with its channel, so only the process that sends for the channel applies it: its status
+    # updates then never wait on (or deadlock with) that process's own writes to the same messages.
+    # A body about several numbers, or none we know, is applied by whichever dispatcher takes it.
+    numbers = phone_number_ids(body)
+    channel_id = await deps.channel_of(numbers.pop()) if len(numbers) == 1 else None
 
     def store(session: Session) -> None:
         # Stored before the 200: Meta does not resend what it saw acknowledged.
         now = utcnow()
         row = outbox_row(
-            JobKind.meta_webhook, payload=body, run_at=now, priority=Priority.background, now=now
+            JobKind.meta_webhook,
+            payload=body,
+            run_at=now,
+            priority=Priority.background,
+            now=now,
+            channel_id=channel_id,
         )
         session.connection().execute(_STORE_WEBHOOK, row)
-        if not deps.applied_here():  # ours applies it; otherwise a worker elsewhere must
-            notify_outbox(session, None)
+        if not deps.applied_here(channel_id):  # ours applies it; otherwise a worker elsewhere must
+            notify_outbox(session, channel_id, webhook=True)
 
     await deps.db.write(store)
     deps.wake()
