@@ -15,6 +15,11 @@ commits. Units are synchronous so that the database decides how to run them chea
   connection and thread of its own, so the small ones (single sends, the dispatcher's claims and
   results) do not wait behind it. Should the two deadlock, the server rolls one back and it is run
   again (`run_retrying`). On SQLite there is one writer, so a large unit queues like any other.
+- Likewise on PostgreSQL a *claim* (the dispatcher taking due rows with `FOR UPDATE SKIP LOCKED`,
+  which waits on no row lock and writes nothing the batches write) commits on a third connection of
+  its own: a send's claim then never waits behind a batch of Meta's statuses being applied (a
+  worker's writer is busy with those most of the time under load; behind them, a channel's claims
+  came late and it fell short of its rate after taking over a dead worker's channels).
 """
 
 from __future__ import annotations
@@ -316,8 +321,8 @@ class Database:
                 url, pool_size=pool_size, max_overflow=pool_size, **ENGINE_OPTIONS
             )
             # psycopg serves the same URL in blocking mode: one connection for the writer, one for
-            # large units.
-            self.write_engine = create_engine(url, pool_size=2, max_overflow=0, **ENGINE_OPTIONS)
+            # large units, one for claims.
+            self.write_engine = create_engine(url, pool_size=3, max_overflow=0, **ENGINE_OPTIONS)
         # Batches run one at a time on this thread with the blocking driver: a batch is one hand-off
         # from the event loop, not one per statement, and a statement costs a round trip, not also a
         # trip through the event loop. (SQLite connections belong to the thread that made them.)
@@ -326,9 +331,13 @@ class Database:
         self._committer = _GroupCommitter(self._run_batch)
         self._large_thread: ThreadPoolExecutor | None = None
         self._large_committer: _GroupCommitter | None = None
+        self._claim_thread: ThreadPoolExecutor | None = None
+        self._claim_committer: _GroupCommitter | None = None
         if not self.is_sqlite:
             self._large_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wagate-db-large")
             self._large_committer = _GroupCommitter(self._run_large_unit, max_batch=1)
+            self._claim_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wagate-db-claims")
+            self._claim_committer = _GroupCommitter(self._run_claims)
         self._last_checkpoint = time.monotonic()
         self._checkpoint_task: asyncio.Task[None] | None = None
         self._commit_listeners: list[CommitListener] = []
@@ -367,6 +376,12 @@ class Database:
             self._committed(notes)
         return results
 
+    async def _run_claims(self, units: list[UnitOfWork[Any]]) -> list[tuple[bool, Any]]:
+        assert self._claim_thread is not None
+        return await asyncio.get_running_loop().run_in_executor(
+            self._claim_thread, lambda: run_retrying(self.write_engine, units)
+        )
+
     async def checkpoint(self) -> None:
         """SQLite: copy the WAL into the database file without holding up the writer (PASSIVE)."""
         if self.is_sqlite:
@@ -381,17 +396,23 @@ class Database:
         async with self.sessionmaker() as session:
             yield session
 
-    async def write(self, unit: UnitOfWork[T], *, first: bool = False, large: bool = False) -> T:
+    async def write(
+        self, unit: UnitOfWork[T], *, first: bool = False, large: bool = False, claim: bool = False
+    ) -> T:
         """Run `unit` in a transaction and commit it; the commit is durable when this returns.
 
         Units that come in while a commit is in flight share the next one (group commit); `first`
-        puts a unit ahead of those already waiting (for the dispatcher's own writes); `large` runs it
-        beside them on PostgreSQL (see the module's docstring).
+        puts a unit ahead of those already waiting (for the dispatcher's own writes); `large` and
+        `claim` run it beside them on PostgreSQL (see the module's docstring). A `claim` unit takes
+        rows with `FOR UPDATE SKIP LOCKED` and changes only those: it must never wait on a lock that
+        a batch holds, or the two could deadlock.
         """
         if inspect.iscoroutinefunction(unit):
             raise TypeError("a unit of work is a plain function of a Session, not a coroutine function")
         if large and self._large_committer is not None:
             return await self._large_committer.submit(unit, first=first)
+        if claim and self._claim_committer is not None:
+            return await self._claim_committer.submit(unit, first=first)
         return await self._committer.submit(unit, first=first)
 
     async def dispose(self) -> None:
@@ -399,6 +420,9 @@ class Database:
         if self._large_committer is not None and self._large_thread is not None:
             self._large_committer.close()
             self._large_thread.shutdown(wait=True)
+        if self._claim_committer is not None and self._claim_thread is not None:
+            self._claim_committer.close()
+            self._claim_thread.shutdown(wait=True)
         if self._checkpoint_task is not None:
             await asyncio.gather(self._checkpoint_task, return_exceptions=True)
         self._writer_thread.shutdown(wait=True)

@@ -298,7 +298,9 @@ class ChannelLane:
                 sends.unclaim(session, traded)
             return fresh, traded
 
-        fresh, traded = await self.deps.db.write(claim, first=True)
+        # A plain claim commits beside the batches of outcomes and statuses (Database.write); a trade
+        # also gives rows back, which a lease renewal in a batch may hold: it queues with them.
+        fresh, traded = await self.deps.db.write(claim, first=True, claim=room > 0)
         if traded:
             self.claimed = deque(c for c in self.claimed if c.job_id not in set(traded))
             self.holding.difference_update(traded)
