@@ -422,14 +422,14 @@ def py_spy_command() -> str | None:
 
 
 def start_py_spy(
-    pid: int, output: Path, duration: float, *, gil_only: bool = True
+    pid: int, output: Path, duration: float, *, gil_only: bool = True, rate: int = 250
 ) -> subprocess.Popen[bytes]:
     """Sample `pid` for `duration` s into a collapsed-stack file (flamegraph.pl / speedscope read it)."""
     command = py_spy_command()
     if command is None:
         raise RuntimeError("py-spy is not installed (pip install py-spy into the venv)")
     argv = [command, "record", "--pid", str(pid), "--duration", str(max(1, round(duration)))]
-    argv += ["--rate", "100", "--format", "raw", "--output", str(output), "--nonblocking"]
+    argv += ["--rate", str(rate), "--format", "raw", "--output", str(output), "--nonblocking"]
     if gil_only:
         argv.append("--gil")  # only the thread holding the GIL: where the server's Python time goes
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
