@@ -54,6 +54,7 @@ from common import (
     CPU_COUNT,
     cpu_snapshot,
     cpu_usage,
+    limit_cpu,
     no_nan,
     peak_rss_mb,
     postgres_available,
@@ -106,6 +107,7 @@ class Settings(argparse.Namespace):
     quiet_threshold: float
     json: Path | None
     py_spy: Path | None
+    cpu_quota: float | None
 
 
 def _int_list(text: str) -> list[int]:
@@ -189,6 +191,13 @@ def parse_args(argv: list[str] | None = None) -> Settings:
     )
     parser.add_argument(
         "--quiet-threshold", type=float, default=25.0, help="'quiet': others use < this %% of one core"
+    )
+    parser.add_argument(
+        "--cpu-quota",
+        type=float,
+        default=None,
+        metavar="CORES",
+        help="run `wagate serve` on at most this much CPU (a slower machine; root; see common.limit_cpu)",
     )
     parser.add_argument("--json", type=Path, default=None, help="write every figure to this file")
     parser.add_argument(
@@ -675,6 +684,9 @@ def measure(settings: Settings, backend: str, rate: int, url: str | None, db_nam
     with GatewayStack(database_url=url, messages_per_second=rate, **stack_options) as stack:
         if not settings.statuses:
             stack.sim_configure(auto_statuses=False)
+        assert stack.server is not None
+        # The worker too, when it runs apart (--split-worker): the gateway's processes are slower.
+        limit_cpu([p.pid for p in (stack.server, stack.worker) if p is not None], settings.cpu_quota)
         log(f"{backend} at {rate}/s: gateway up in {stack.startup_seconds:.1f} s; warm-up")
         warm_up(stack, settings.warmup)
         if settings.sim_limit:

@@ -11,6 +11,7 @@ every process and directory made here is removed by the context manager or `stop
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import datetime
 import json
@@ -408,6 +409,49 @@ def wait_for_quiet(
         if other < threshold_pct or time.monotonic() - start >= timeout:
             break
     return {"other_pct": other, "waited_s": round(time.monotonic() - start, 1)}
+
+
+# --------------------------------------------------------------------------- a slower machine
+
+
+CGROUP_V1_CPU = Path("/sys/fs/cgroup/cpu")
+CGROUP_V2 = Path("/sys/fs/cgroup")
+
+
+def limit_cpu(pids: list[int], cores: float | None, period_us: int = 10_000) -> None:
+    """Run `pids` (with all their threads) on at most `cores` of CPU time from now on, as on a slower
+    machine; the limit ends with the processes (the cgroup is removed when this program exits).
+
+    A cgroup with a CFS quota of `cores` x `period_us` per `period_us` (cgroup v1's cpu controller, or
+    v2's `cpu.max`; root only). The short period keeps each stall short: a process over its quota
+    waits for the rest of the 10 ms period, not of the default 100 ms. A quota caps the time, not the
+    speed: a process whose two threads are busy at once shares the quota between them, which a slower
+    core would not make it do, so this is the harsher of the two. None: no limit.
+    """
+    if cores is None:
+        return
+    quota = f"{round(cores * period_us)}"
+    if (CGROUP_V1_CPU / "cpu.cfs_quota_us").exists():
+        group, root = CGROUP_V1_CPU / f"wagate-bench-{os.getpid()}", CGROUP_V1_CPU
+        group.mkdir(exist_ok=True)
+        (group / "cpu.cfs_period_us").write_text(str(period_us))
+        (group / "cpu.cfs_quota_us").write_text(quota)
+    elif "cpu" in (CGROUP_V2 / "cgroup.controllers").read_text().split():
+        group, root = CGROUP_V2 / f"wagate-bench-{os.getpid()}", CGROUP_V2
+        group.mkdir(exist_ok=True)
+        (group / "cpu.max").write_text(f"{quota} {period_us}")
+    else:
+        raise RuntimeError("no cgroup cpu controller here: --cpu-quota needs cgroup v1 cpu or v2 cpu.max")
+    for pid in pids:
+        (group / "cgroup.procs").write_text(str(pid))
+
+    def remove() -> None:
+        with contextlib.suppress(OSError):
+            for pid in (group / "cgroup.procs").read_text().split():
+                (root / "cgroup.procs").write_text(pid)  # still running: back to no limit
+            group.rmdir()
+
+    atexit.register(remove)
 
 
 # --------------------------------------------------------------------------- profiling (optional)

@@ -40,6 +40,7 @@ from common import (
     cpu_usage,
     free_port,
     latency_summary_ms,
+    limit_cpu,
     no_nan,
     peak_rss_mb,
     postgres_available,
@@ -96,6 +97,7 @@ class Settings(argparse.Namespace):
     quiet_threshold: float
     drain_timeout: float
     py_spy: Path | None
+    cpu_quota: float | None
 
 
 def parse_args(argv: list[str] | None = None) -> Settings:
@@ -151,6 +153,13 @@ def parse_args(argv: list[str] | None = None) -> Settings:
         default=None,
         metavar="DIR",
         help="sample `wagate serve` with py-spy (GIL holder only) during each run; stacks go to DIR",
+    )
+    parser.add_argument(
+        "--cpu-quota",
+        type=float,
+        default=None,
+        metavar="CORES",
+        help="run the bare endpoint and `wagate serve` on at most this much CPU (a slower machine; root)",
     )
     settings = parser.parse_args(argv, namespace=Settings())
     settings.duration = settings.duration or (3.0 if settings.quick else 10.0)
@@ -217,6 +226,7 @@ def measure_bare(settings: Settings, workdir: Path) -> dict[str, Any]:
     )
     try:
         wait_http_ok(f"http://127.0.0.1:{port}/healthz", process=bare)
+        limit_cpu([bare.pid], settings.cpu_quota)
         url = f"http://127.0.0.1:{port}/v1/accounts/1/whatsapp/messages"
         headers = {"Authorization": "Bearer wg_bench_bare", "Content-Type": "application/json"}
 
@@ -298,6 +308,7 @@ def measure_gateway(settings: Settings, database: str, database_url: str | None,
     with GatewayStack(database_url=database_url, messages_per_second=1000) as stack:
         assert stack.server is not None and stack.sim is not None
         figures["startup_s"] = round(stack.startup_seconds, 2)
+        limit_cpu([stack.server.pid], settings.cpu_quota)
         if not settings.statuses:
             stack.sim_configure(auto_statuses=False)
         accepted_total = 0

@@ -101,7 +101,7 @@ def measure(database_url: str, workdir: Path, messages: int, statuses: bool) -> 
             {"webhook_url": f"{gateway.base_url}/webhooks/whatsapp", "auto_statuses": statuses},
         )
         counter = StatementCounter()
-        counter.attach(app.state.db.engine, app.state.db.write_engine)
+        counter.attach(app.state.gateway.db.engine, app.state.gateway.db.write_engine)
 
         def upstream_total() -> int:
             stats = http_json("GET", f"{sim.base_url}/_sim/stats")
