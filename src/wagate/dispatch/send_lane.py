@@ -96,6 +96,9 @@ class ChannelLane:
         # recorded. Their leases are renewed while held, so no process takes one for orphaned.
         self.holding: set[int] = set()
         self.claim_now = False
+        # When a claim last found fewer due rows than it asked for: until a wake-up says rows came, or
+        # a poll interval has passed (rows due later: a retry's back-off), claiming again finds none.
+        self.drained_at = -math.inf
         self.stopping = False
         self.task = asyncio.create_task(self._run(), name=f"wagate-lane-{channel_id}")
         self.recorder = BatchRecorder(f"channel {channel_id}", self._record)
@@ -206,7 +209,8 @@ class ChannelLane:
         while len(self.calls) >= self.max_in_flight:
             await asyncio.wait(self.calls, return_when=asyncio.FIRST_COMPLETED)
         self._start_sends()  # what may go now goes before the claim's round trip to the database
-        if self.claim_now or len(self.claimed) < self._claim_ahead_size() // 2:
+        drained = time.monotonic() - self.drained_at < POLL_SECONDS
+        if self.claim_now or (not drained and len(self.claimed) < self._claim_ahead_size() // 2):
             self.claim_now = False
             await self._claim_ahead()
         if not self.claimed:
@@ -269,6 +273,7 @@ class ChannelLane:
             unsent, self.claimed = [c.job_id for c in self.claimed], deque()
             await self.deps.db.write(lambda session: sends.unclaim(session, unsent))
             self.holding.difference_update(unsent)
+            self.drained_at = -math.inf  # they are due again: the next round claims them
 
     async def _claim_ahead(self, limit: int | None = None) -> None:
         """Claim the coming half second's sends, single sends before bulk ones.
@@ -301,6 +306,8 @@ class ChannelLane:
         # A plain claim commits beside the batches of outcomes and statuses (Database.write); a trade
         # also gives rows back, which a lease renewal in a batch may hold: it queues with them.
         fresh, traded = await self.deps.db.write(claim, first=True, claim=room > 0)
+        if room > 0 and len(fresh) < limit:  # (a trade asks for single sends only)
+            self.drained_at = time.monotonic()
         if traded:
             self.claimed = deque(c for c in self.claimed if c.job_id not in set(traded))
             self.holding.difference_update(traded)
