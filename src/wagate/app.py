@@ -14,6 +14,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from sqlalchemy.exc import InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from wagate.audit.endpoints import router as audit_router
@@ -24,14 +25,15 @@ from wagate.dashboard import install_dashboard
 from wagate.db import Database
 from wagate.deps import Gateway
 from wagate.dispatch.dispatcher import Dispatcher
-from wagate.errors import InvalidRequest, MethodNotAllowed, NotFound, NotReady, WagateError
+from wagate.errors import MethodNotAllowed, NotFound, NotReady, WagateError, invalid_fields, invalid_json
 from wagate.events.endpoints import router as events_router
 from wagate.health import HealthChecks, OpsListener
 from wagate.idempotency.service import InFlightKeys
-from wagate.limits import WEBHOOK_PATH, KeyRateLimiter, RequestGuard
+from wagate.limits import WEBHOOK_PATH, BodyRefused, KeyRateLimiter, RequestGuard
 from wagate.live import LiveHub
 from wagate.logs import RequestLog
 from wagate.lookups import Lookups
+from wagate.messages.endpoints import SEND_PATH, send_message, send_message_fast
 from wagate.messages.endpoints import router as messages_router
 from wagate.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from wagate.metrics import Metrics
@@ -48,19 +50,6 @@ from wagate.whatsapp.webhook import routes as whatsapp_webhook_routes
 log = logging.getLogger(__name__)
 
 
-def _validation_details(exc: RequestValidationError) -> tuple[str, list[dict[str, str]]]:
-    details = []
-    for error in exc.errors():
-        location = [
-            str(part) for part in error.get("loc", ()) if part not in ("body", "query", "path", "header")
-        ]
-        if error.get("type") == "json_invalid":
-            return "The request body is not valid JSON.", [{"field": "body", "issue": "not valid JSON"}]
-        message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
-        details.append({"field": ".".join(location) or "body", "issue": message})
-    return "The request is not valid: " + "; ".join(f"{d['field']}: {d['issue']}" for d in details), details
-
-
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(WagateError)
     async def _wagate_error(_: Request, exc: WagateError) -> JSONResponse:
@@ -68,8 +57,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        message, details = _validation_details(exc)
-        error = InvalidRequest(message, details=details)
+        error = invalid_fields(exc.errors())
         return JSONResponse(error.body(), status_code=error.status_code)
 
     @app.exception_handler(StarletteHTTPException)
@@ -79,10 +67,7 @@ def install_error_handlers(app: FastAPI) -> None:
             # FastAPI's answer to a body the JSON parser gave up on: integers of more than 4300
             # digits, nesting past the recursion limit, bytes that are not UTF-8. API.md: a malformed
             # JSON body is 422 `invalid_request`.
-            error = InvalidRequest(
-                "The request body is not valid JSON (too deeply nested, a number too long, or not UTF-8).",
-                details=[{"field": "body", "issue": "not valid JSON"}],
-            )
+            error = invalid_json(exc.__cause__)
         elif exc.status_code == 404:
             error = NotFound()
         elif exc.status_code == 405:
@@ -122,36 +107,46 @@ def unexpected_error(exc: Exception) -> JSONResponse:
     return JSONResponse(error.body(), status_code=error.status_code, headers=error.headers)
 
 
-async def _receive_webhook(scope: Scope, receive: Receive, send: Send) -> None:
-    """Meta's webhook POST as a bare ASGI app (see WagateApp): the receiver, its errors answered as
-    the app's catch-all answers them."""
-    scope["endpoint"] = receive_webhook  # the request log's route label: the fixed path
+async def _fast_route(scope: Scope, receive: Receive, send: Send) -> None:
+    """A hot route as a bare ASGI app (see WagateApp): its endpoint, its errors answered as the app's
+    handlers answer them."""
+    endpoint = scope["endpoint"]
     try:
-        response = await receive_webhook(Request(scope, receive))
+        response = await endpoint(Request(scope, receive))
+    except BodyRefused:
+        raise  # the guard answered 413 or 408 already
+    except WagateError as exc:
+        response = JSONResponse(exc.body(), status_code=exc.status_code, headers=exc.headers)
     except Exception as exc:
         response = unexpected_error(exc)
     await response(scope, receive, send)
 
 
 class WagateApp(FastAPI):
-    """FastAPI, except for Meta's webhook POST: Meta sends about three for every message (DESIGN.md
-    wants 3,000 a second), and FastAPI's own layers around a route (error middleware, body limit,
-    exit stack, the router's matching) cost about a fifth of each one's CPU (docs/performance.md,
-    "Status webhooks": 20-23 % of the samples). It goes through the same request log and guard as
-    every request, then straight to the receiver."""
+    """FastAPI, except for the two hottest requests, which go through the same request log and guard
+    as every request, then straight to their endpoint:
+    - Meta's webhook POST: Meta sends about three for every message (DESIGN.md wants 3,000 a second),
+      and FastAPI's own layers around a route (error middleware, body limit, exit stack, the router's
+      matching) cost about a fifth of each one's CPU (docs/performance.md, "Status webhooks");
+    - a send (`POST .../whatsapp/messages` without a query string), where those layers and the
+      dependency solving cost about a sixth ("Where the time goes now")."""
 
-    webhook_stack: ASGIApp | None = None
+    fast_stack: ASGIApp | None = None
+    send_route: BaseRoute | None = None  # the documented route of a send: its label in logs and metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            self.webhook_stack is not None
-            and scope["type"] == "http"
-            and scope["path"] == WEBHOOK_PATH
-            and scope["method"] == "POST"
-        ):
-            scope["app"] = self
-            await self.webhook_stack(scope, receive, send)
-            return
+        if self.fast_stack is not None and scope["type"] == "http" and scope["method"] == "POST":
+            path = scope["path"]
+            fast: dict[str, Any] | None = None
+            if path == WEBHOOK_PATH:
+                fast = {"endpoint": receive_webhook}  # the request log's label: the fixed path
+            elif not scope["query_string"] and (match := SEND_PATH.fullmatch(path)):
+                fast = {"endpoint": send_message_fast, "route": self.send_route}
+                fast["path_params"] = {"account_id": match[1]}  # digits, by SEND_PATH
+            if fast is not None:
+                scope.update(fast, app=self)
+                await self.fast_stack(scope, receive, send)
+                return
         await super().__call__(scope, receive, send)
 
 
@@ -241,7 +236,10 @@ def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True)
     # Outermost: its line and count cover every answer, the guard's refusals too.
     app.add_middleware(RequestLog, metrics=metrics)
     app.router.routes.extend(whatsapp_webhook_routes)  # the GET (subscription check); the POST as well
-    app.webhook_stack = RequestLog(RequestGuard(_receive_webhook, **guard), metrics=metrics)
+    app.fast_stack = RequestLog(RequestGuard(_fast_route, **guard), metrics=metrics)
+    app.send_route = next(
+        route for route in messages_router.routes if getattr(route, "endpoint", None) is send_message
+    )
     install_dashboard(app)
 
     @app.get("/healthz", include_in_schema=False)

@@ -65,7 +65,13 @@ def get_gateway(request: Request) -> Gateway:
     return gateway
 
 
-GatewayDep = Annotated[Gateway, Depends(get_gateway)]
+async def _gateway_dependency(request: Request) -> Gateway:
+    # A coroutine on purpose: FastAPI runs a plain function dependency in its thread pool, a
+    # hand-off to another thread and back on every request (docs/performance.md).
+    return get_gateway(request)
+
+
+GatewayDep = Annotated[Gateway, Depends(_gateway_dependency)]
 
 
 async def authenticate(request: Request, gateway: GatewayDep) -> Principal:
@@ -92,7 +98,7 @@ async def account_member(account_id: int, principal: Authenticated) -> Principal
 Member = Annotated[Principal, Depends(account_member)]
 
 
-def administrator(principal: Member) -> Principal:
+async def administrator(principal: Member) -> Principal:
     principal.require_administrator()
     return principal
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -118,6 +120,31 @@ class Unprocessable(WagateError):
 
 class InvalidRequest(Unprocessable):
     pass
+
+
+def invalid_json(exc: Exception | None = None) -> InvalidRequest:
+    """422 for a body that is not JSON, or one the parser gave up on (`exc`: a ValueError other than
+    a syntax error, or a RecursionError)."""
+    message = "The request body is not valid JSON."
+    if exc is not None and not isinstance(exc, json.JSONDecodeError):
+        message = "The request body is not valid JSON (too deeply nested, a number too long, or not UTF-8)."
+    return InvalidRequest(message, details=[{"field": "body", "issue": "not valid JSON"}])
+
+
+def invalid_fields(errors: Sequence[Any]) -> InvalidRequest:
+    """422 `invalid_request` for pydantic's errors of a request, each field named in `details` (a
+    request checked by FastAPI, whose locations start with `body` or `query`, or by a model directly)."""
+    details = []
+    for error in errors:
+        location = [
+            str(part) for part in error.get("loc", ()) if part not in ("body", "query", "path", "header")
+        ]
+        if error.get("type") == "json_invalid":
+            return invalid_json()
+        message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+        details.append({"field": ".".join(location) or "body", "issue": message})
+    summary = "; ".join(f"{d['field']}: {d['issue']}" for d in details)
+    return InvalidRequest("The request is not valid: " + summary, details=details)
 
 
 class InvalidPhoneNumber(Unprocessable):

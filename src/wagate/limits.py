@@ -164,7 +164,7 @@ def query_problem(scope: Scope) -> tuple[str, str] | None:
     return None
 
 
-class _BodyRefused(Exception):
+class BodyRefused(Exception):
     """Raised into the app by `receive` once the body passed its size or time limit (the 413 or 408
     is already sent)."""
 
@@ -216,7 +216,7 @@ class RequestGuard:
             if not started:
                 await _answer(send, error, close=True)
                 answered = True
-            raise _BodyRefused
+            raise BodyRefused
 
         async def counted_receive() -> Message:
             nonlocal received, body_complete, deadline
@@ -247,7 +247,7 @@ class RequestGuard:
 
         try:
             await self.app(scope, counted_receive, guarded_send)
-        except _BodyRefused:
+        except BodyRefused:
             if not answered:
                 raise
 

@@ -1,14 +1,20 @@
 from __future__ import annotations
 
+import json
+import re
 from datetime import datetime
 from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Body, Header, Query, Request
+from pydantic import ValidationError
+from starlette.responses import Response
 
+from wagate.accounts.auth import Principal
 from wagate.channels.service import channel_for_member
 from wagate.conversations.service import window_for
 from wagate.db import isoformat
-from wagate.deps import GatewayDep, Member
+from wagate.deps import Gateway, GatewayDep, Member, authenticate, get_gateway
+from wagate.errors import invalid_fields, invalid_json
 from wagate.events import service as events
 from wagate.events.schemas import DELIVERY_EXAMPLE, delivery_view
 from wagate.idempotency import service as idempotency
@@ -174,8 +180,12 @@ async def send_message(
 ) -> JSONResponse:
     if dry_run:  # no idempotency record either: a dry run may be repeated freely
         return JSONResponse(await service.preview_send(gateway, principal=principal, request=body))
-    path = request.url.path
+    return await _accept_once(gateway, principal, body, request.url.path, idempotency_key)
 
+
+async def _accept_once(
+    gateway: Gateway, principal: Principal, body: SendMessageRequest, path: str, idempotency_key: str | None
+) -> JSONResponse:
     async def accept(idem: idempotency.IdempotentRequest | None) -> JSONResponse:
         response = await service.accept_send(gateway, principal=principal, request=body, idem=idem)
         return JSONResponse(response, status_code=201)
@@ -183,6 +193,37 @@ async def send_message(
     return await answer_once(
         gateway.db, gateway.idempotency_in_flight, path, principal, body, idempotency_key, accept
     )
+
+
+# `POST .../whatsapp/messages` without a query string: the send of an OTP, the hottest request there
+# is. WagateApp hands it to `send_message_fast` below the request log and the guard, past FastAPI's
+# dependency solving, body validation and routing, which cost about a sixth of a send's CPU
+# (docs/performance.md, "Where the time goes now"). `send_message` above documents the route and
+# serves the rest (a dry run).
+SEND_PATH = re.compile(r"/v1/accounts/([0-9]{1,10})/whatsapp/messages")
+
+
+async def send_message_fast(request: Request) -> Response:
+    """`send_message` in plain Starlette: the same checks in the same service functions (the key, the
+    account, the body's model, the idempotency rules); errors are raised for WagateApp to answer."""
+    # In FastAPI's order, so both routes answer alike: the body read and parsed, then the key and the
+    # account, then the body's fields.
+    raw = await request.body()
+    try:
+        # The standard library's parser, as FastAPI's: orjson reads an integer beyond 64 bits as a
+        # float, which the body's limits must see to refuse (wagate.limits).
+        data = json.loads(raw) if raw else None  # no body: "a valid object" is wanted, after the key
+    except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, a number of 4300+ digits
+        raise invalid_json(exc) from None
+    gateway = get_gateway(request)
+    principal = await authenticate(request, gateway)
+    principal.require_account(int(request.path_params["account_id"]))
+    try:
+        body = SendMessageRequest.model_validate(data)
+    except ValidationError as exc:
+        raise invalid_fields(exc.errors()) from None
+    key = request.headers.get("idempotency-key")
+    return await _accept_once(gateway, principal, body, request.url.path, key)
 
 
 @router.get(
