@@ -212,14 +212,16 @@ async def send_message_fast(request: Request) -> Response:
     try:
         # The standard library's parser, as FastAPI's: orjson reads an integer beyond 64 bits as a
         # float, which the body's limits must see to refuse (wagate.limits).
-        data = json.loads(raw) if raw else None  # no body: "a valid object" is wanted, after the key
+        data = json.loads(raw) if raw else None
     except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, a number of 4300+ digits
         raise invalid_json(exc) from None
     gateway = get_gateway(request)
     principal = await authenticate(request, gateway)
     principal.require_account(int(request.path_params["account_id"]))
+    if data is None:
+        raise invalid_fields([{"type": "missing", "loc": ("body",), "msg": "Field required"}])
     try:
-        body = SendMessageRequest.model_validate(data)
+        body = SendMessageRequest.model_validate(data, from_attributes=True)  # as FastAPI validates
     except ValidationError as exc:
         raise invalid_fields(exc.errors()) from None
     key = request.headers.get("idempotency-key")
