@@ -225,16 +225,67 @@ def test_odd_replies(status: int, body: bytes, expected: type[Exception]) -> Non
         call(server.base_url + "/v23.0", lambda c: c.send_message(PHONE_NUMBER_ID, "t", {}))
 
 
-def test_one_session_is_reused_across_requests(sim: RunningServer) -> None:
-    async def run() -> None:
-        async with CloudApiClient(sim.base_url + "/v23.0") as client:
-            await client.send_message(PHONE_NUMBER_ID, "t", text_message(TO, "a"))
-            session = client._get_session()
-            await client.send_message(PHONE_NUMBER_ID, "t", text_message(TO, "b"))
-            assert client._get_session() is session
-        assert session.closed
+def _port_echo_server() -> Starlette:
+    """Answers a send with a wamid naming the client's port: which connection carried the call."""
 
-    asyncio.run(run())
+    async def handler(request: Request) -> Response:
+        port = request.client.port if request.client else 0
+        body = b'{"messaging_product":"whatsapp","messages":[{"id":"wamid.%d"}]}' % port
+        return Response(body, media_type="application/json")
+
+    return Starlette(routes=[Route("/v23.0/{path:path}", handler, methods=["POST"])])
+
+
+def test_one_connection_is_kept_alive_across_calls_and_closed_with_the_client() -> None:
+    async def run() -> list[str]:
+        async with CloudApiClient(server.base_url + "/v23.0") as client:
+            wamids = [
+                (await client.send_message(PHONE_NUMBER_ID, "t", text_message(TO, text))).wamid
+                for text in ("a", "b", "c")
+            ]
+            pool = client._pool()
+            assert len(pool.idle) == 1
+        assert pool.closed and not pool.idle and all(c.closed for c in [*pool.idle, *pool.busy])
+        return wamids
+
+    with run_in_thread(_port_echo_server()) as server:
+        wamids = asyncio.run(run())
+    assert len(set(wamids)) == 1, wamids  # every call on the same connection (one client port)
+
+
+def test_a_connection_the_server_closed_while_idle_is_not_reused() -> None:
+    """A server that answers as keep-alive, then closes the connection while it is idle: the next call
+    opens another connection instead of writing into the closed one (whose outcome would be unknown:
+    Unconfirmed, and the message never sent again)."""
+    connections = 0
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":")[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length")
+        )
+        await reader.readexactly(length)
+        body = b'{"messaging_product":"whatsapp","messages":[{"id":"wamid.%d"}]}' % connections
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.close()  # idle, and gone
+
+    async def run() -> list[str]:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server, CloudApiClient(f"http://127.0.0.1:{port}/v23.0") as client:
+            wamids = []
+            for text in ("a", "b", "c"):
+                wamids.append((await client.send_message(PHONE_NUMBER_ID, "t", text_message(TO, text))).wamid)
+                await asyncio.sleep(0.2)
+            return wamids
+
+    assert asyncio.run(run()) == ["wamid.1", "wamid.2", "wamid.3"]
 
 
 def test_an_urgent_send_does_not_queue_for_a_connection_behind_bulk_ones(sim: RunningServer) -> None:

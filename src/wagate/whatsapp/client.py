@@ -1,11 +1,10 @@
-"""The Cloud API adapter: Meta's own JSON over one long-lived, keep-alive HTTP session.
+"""The Cloud API adapter: Meta's own JSON over keep-alive HTTP/1.1 connections (wagate.whatsapp.http1).
 
 Every failure is reported as a :mod:`wagate.whatsapp.errors` class, and the split between
-:class:`NotDelivered` and :class:`Unconfirmed` follows where the request got to: aiohttp raises
-``ClientConnectorError`` / ``ConnectionTimeoutError`` only before anything was written (the connect
-timeout also covers waiting for a free pooled connection), and everything after that point may
-have reached Meta. No total timeout is used, because when a total timeout fires aiohttp cannot say
-in which phase it was.
+:class:`NotDelivered` and :class:`Unconfirmed` follows where the request got to: `ConnectFailed`
+(no free connection or no connection within the connect timeout, the connect refused) means nothing
+was written; after that point (`ExchangeFailed`: the connection broke, no complete answer within the
+timeout) Meta may have the request.
 
 The access token is only ever placed in the Authorization header: it is not logged and does not
 appear in any exception text.
@@ -16,14 +15,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from types import SimpleNamespace
 from typing import Any
 from urllib.parse import urlsplit
 
-import aiohttp
 import orjson
 
 from wagate.whatsapp.errors import NotDelivered, Unconfirmed, UpstreamError, error_from_response
+from wagate.whatsapp.http1 import ConnectFailed, ExchangeFailed, Http1Pool, InvalidTarget, request_target
 from wagate.whatsapp.payloads import SendResult, TemplateRecord
 
 log = logging.getLogger(__name__)
@@ -35,9 +33,9 @@ MAX_TEMPLATE_PAGES = 1000
 class CloudApiClient:
     """Calls ``{base_url}/{phone_number_id}/messages`` and ``{base_url}/{waba_id}/message_templates``.
 
-    One instance per event loop: the aiohttp sessions are created lazily inside the running loop and
+    One instance per event loop: the connection pools are created lazily inside the running loop and
     must be closed with :meth:`close` in that same loop. Urgent sends (single messages, OTPs) have a
-    session and connection pool of their own, so they never queue for a connection behind a batch.
+    connection pool of their own, so they never queue for a connection behind a batch.
     """
 
     def __init__(
@@ -55,36 +53,27 @@ class CloudApiClient:
         self.timeout = timeout
         self.connect_timeout = connect_timeout if connect_timeout is not None else min(timeout, 10.0)
         self.pool_limits = {False: pool_limit, True: urgent_pool_limit}
-        self._sessions: dict[bool, aiohttp.ClientSession] = {}  # by urgency
+        self._pools: dict[bool, Http1Pool] = {}  # by urgency
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    def _get_session(self, urgent: bool = False) -> aiohttp.ClientSession:
+    def _pool(self, urgent: bool = False) -> Http1Pool:
         loop = asyncio.get_running_loop()
         if self._loop is not loop:
-            self._sessions, self._loop = {}, loop
-        session = self._sessions.get(urgent)
-        if session is None or session.closed:
-            limit = self.pool_limits[urgent]
-            connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit)
-            session = self._sessions[urgent] = aiohttp.ClientSession(
-                connector=connector,
-                trace_configs=[_SENT_TRACE],
-                timeout=aiohttp.ClientTimeout(
-                    total=None,
-                    connect=self.connect_timeout,
-                    sock_connect=self.connect_timeout,
-                    sock_read=self.timeout,
-                ),
-                # JSON is encoded with orjson; aiohttp's own serializer is never used.
-                raise_for_status=False,
+            self._pools, self._loop = {}, loop
+        pool = self._pools.get(urgent)
+        if pool is None or pool.closed:
+            pool = self._pools[urgent] = Http1Pool(
+                self.base_url,
+                limit=self.pool_limits[urgent],
+                connect_timeout=self.connect_timeout,
+                timeout=self.timeout,
             )
-        return session
+        return pool
 
     async def close(self) -> None:
-        sessions, self._sessions, self._loop = self._sessions, {}, None
-        for session in sessions.values():
-            if not session.closed:
-                await session.close()
+        pools, self._pools, self._loop = self._pools, {}, None
+        for pool in pools.values():
+            pool.close()
 
     async def __aenter__(self) -> CloudApiClient:
         return self
@@ -170,27 +159,18 @@ class CloudApiClient:
         on_sent: Callable[[], None] | None = None,
     ) -> tuple[int, Any]:
         """Return (status, parsed JSON or None); map transport failures to NotDelivered/Unconfirmed."""
-        session = self._get_session(urgent)
         headers = {"Authorization": f"Bearer {access_token}", "Accept": "application/json"}
         if data is not None:
             headers["Content-Type"] = "application/json"
         try:
-            # A guard above connect+read, for a server that trickles bytes forever; if it fires we
-            # were connected (the connect timeout is shorter), so the outcome is unconfirmed.
-            async with asyncio.timeout(self.connect_timeout + self.timeout + 5.0):
-                async with session.request(
-                    method, url, data=data, headers=headers, trace_request_ctx=_Sent(on_sent)
-                ) as response:
-                    raw = await response.read()
-                    status = response.status
-        except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as exc:
-            raise NotDelivered(_describe(exc, "Could not connect to the WhatsApp Cloud API")) from None
-        except (TimeoutError, aiohttp.ServerTimeoutError):
-            raise Unconfirmed(f"No reply from the WhatsApp Cloud API within {self.timeout:g} s") from None
-        except aiohttp.InvalidURL:
+            pool = self._pool(urgent)
+            status, raw = await pool.request(method, request_target(url), headers, data, on_sent=on_sent)
+        except InvalidTarget:
             raise NotDelivered("Invalid WhatsApp Cloud API URL") from None
-        except aiohttp.ClientError as exc:
-            raise Unconfirmed(_describe(exc, "Connection to the WhatsApp Cloud API failed")) from None
+        except ConnectFailed as exc:
+            raise NotDelivered(f"Could not connect to the WhatsApp Cloud API: {exc}") from None
+        except ExchangeFailed as exc:
+            raise Unconfirmed(f"Connection to the WhatsApp Cloud API failed: {exc}") from None
         try:
             payload: Any = orjson.loads(raw) if raw else None
         except orjson.JSONDecodeError:
@@ -198,33 +178,6 @@ class CloudApiClient:
         if status == 200 and payload is None:
             raise Unconfirmed("Unreadable reply from the WhatsApp Cloud API", http_status=200)
         return status, payload
-
-
-class _Sent:
-    """A request's `on_sent` callback, called at most once (a body may be written in chunks)."""
-
-    __slots__ = ("callback",)
-
-    def __init__(self, callback: Callable[[], None] | None) -> None:
-        self.callback = callback
-
-    def __call__(self) -> None:
-        callback, self.callback = self.callback, None
-        if callback is not None:
-            callback()
-
-
-async def _on_chunk_sent(
-    _session: aiohttp.ClientSession, context: SimpleNamespace, _params: aiohttp.TraceRequestChunkSentParams
-) -> None:
-    sent = context.trace_request_ctx
-    if isinstance(sent, _Sent):
-        sent()
-
-
-_SENT_TRACE = aiohttp.TraceConfig()
-_SENT_TRACE.on_request_chunk_sent.append(_on_chunk_sent)
-_SENT_TRACE.freeze()
 
 
 def _origin(url: str) -> tuple[str, str, int] | None:
@@ -246,12 +199,6 @@ def _origin(url: str) -> tuple[str, str, int] | None:
 def _origin_text(url: str) -> str:
     origin = _origin(url)
     return f"{origin[0]}://{origin[1]}:{origin[2]}" if origin else "an unparsable URL"
-
-
-def _describe(exc: BaseException, prefix: str) -> str:
-    # The exception's own text names host and OS error, never request headers, so it is safe to show.
-    detail = str(exc).strip()
-    return f"{prefix}: {type(exc).__name__}" + (f" ({detail})" if detail else "")
 
 
 __all__ = ["TEMPLATE_FIELDS", "CloudApiClient", "UpstreamError"]

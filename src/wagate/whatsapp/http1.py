@@ -1,0 +1,233 @@
+"""A small HTTP/1.1 client for the calls to the Cloud API: keep-alive connections on asyncio's own
+transports, answers parsed by httptools (the C parser uvicorn serves us with).
+
+Why not aiohttp: every send is one such call, and aiohttp's general machinery (its request and
+response objects, tracing, cookie jar, timeouts per phase) cost 0.16-0.26 ms of CPU per call, more
+than the simulator's whole answer and half of a dispatched send's budget (docs/performance.md,
+"Where the time goes now"). The calls to Meta have one shape: a small JSON POST (or a GET of the
+template listing) to one origin, answered with a small JSON body, so the client needs only that.
+
+Where a call got to decides what a failure means, and the two exceptions say it:
+- `ConnectFailed`: nothing was written (no free connection within the connect timeout, the connect
+  or the TLS handshake failed or timed out): the call can be made again;
+- `ExchangeFailed`: the request was written, then the connection broke, the answer was not HTTP, or
+  no complete answer came within the timeout: the server may have acted on it.
+A connection whose server closed it while idle is seen closed (`connection_lost`) and not reused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+import httptools
+
+# An answer larger than this is no answer of the Cloud API's (a send's is about 200 bytes, a page
+# of templates some tens of kilobytes).
+MAX_ANSWER_BYTES = 8 * 1024 * 1024
+
+
+class HttpFailure(Exception):
+    pass
+
+
+class ConnectFailed(HttpFailure):
+    """Nothing of the request was written."""
+
+
+class ExchangeFailed(HttpFailure):
+    """The request was written (wholly or in part); its outcome is unknown."""
+
+
+class InvalidTarget(ConnectFailed):
+    """The URL or a header cannot be written as HTTP (nothing was sent)."""
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection: one exchange at a time, its answer parsed as it arrives."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.closed = False
+        self.answer: asyncio.Future[tuple[int, bytes, bool]] | None = None
+        self.body: list[bytes] = []
+        self.size = 0
+
+    # asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        if self.answer is None or self.answer.done():
+            self._fail(ExchangeFailed("the server sent bytes nobody asked for"))  # not reusable
+            return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail(ExchangeFailed(f"the answer is not HTTP/1.1 ({exc})"))
+
+    def eof_received(self) -> bool:
+        return False  # close our side too: connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self.answer is not None and not self.answer.done():
+            reason = f": {type(exc).__name__} ({exc})" if exc else ""
+            self.answer.set_exception(ExchangeFailed(f"the connection closed before the answer{reason}"))
+
+    # httptools callbacks
+    def on_body(self, body: bytes) -> None:
+        self.size += len(body)
+        if self.size > MAX_ANSWER_BYTES:
+            self._fail(ExchangeFailed(f"the answer is larger than {MAX_ANSWER_BYTES} bytes"))
+            return
+        self.body.append(body)
+
+    def on_message_complete(self) -> None:
+        if self.answer is not None and not self.answer.done():
+            status = self.parser.get_status_code()
+            self.answer.set_result((status, b"".join(self.body), self.parser.should_keep_alive()))
+
+    def _fail(self, error: ExchangeFailed) -> None:
+        self.closed = True
+        if self.answer is not None and not self.answer.done():
+            self.answer.set_exception(error)
+        if self.transport is not None:
+            self.transport.close()
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+    async def exchange(self, request: bytes, on_sent: Callable[[], None] | None) -> tuple[int, bytes, bool]:
+        if self.closed or self.transport is None or self.transport.is_closing():
+            raise ConnectFailed("the connection closed before the request was written")
+        self.answer = asyncio.get_running_loop().create_future()
+        self.body, self.size = [], 0
+        self.transport.write(request)
+        if on_sent is not None:
+            on_sent()  # handed to the kernel's socket buffer (or queued right behind it): Meta may have it
+        return await self.answer
+
+
+class Http1Pool:
+    """Keep-alive connections to one origin (`base_url`'s scheme, host and port), at most `limit` open.
+
+    One instance per event loop. `request` waits up to `connect_timeout` for a free connection and
+    for a new one to connect, then up to `timeout` for the whole answer once the request is written.
+    """
+
+    def __init__(self, base_url: str, *, limit: int, connect_timeout: float, timeout: float) -> None:
+        parts = urlsplit(base_url)
+        self.scheme = parts.scheme.lower()
+        if self.scheme not in ("http", "https") or not parts.hostname:
+            raise InvalidTarget(f"not an http(s) URL: {self.scheme}://...")
+        self.host = parts.hostname
+        self.port = parts.port or (443 if self.scheme == "https" else 80)
+        default_port = parts.port is None or parts.port == (443 if self.scheme == "https" else 80)
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        self.host_header = host if default_port else f"{host}:{self.port}"
+        self.ssl = ssl.create_default_context() if self.scheme == "https" else None
+        self.connect_timeout = connect_timeout
+        self.timeout = timeout
+        self.slots = asyncio.Semaphore(limit)
+        self.idle: list[_Connection] = []
+        self.busy: set[_Connection] = set()
+        self.closed = False
+
+    def _idle_connection(self) -> _Connection | None:
+        while self.idle:
+            connection = self.idle.pop()
+            transport = connection.transport
+            if not connection.closed and transport is not None and not transport.is_closing():
+                return connection
+        return None
+
+    async def _new_connection(self) -> _Connection:
+        _, protocol = await asyncio.get_running_loop().create_connection(
+            _Connection, self.host, self.port, ssl=self.ssl, server_hostname=self.host if self.ssl else None
+        )
+        return protocol
+
+    async def request(
+        self,
+        method: str,
+        target: str,
+        headers: dict[str, str],
+        body: bytes | None = None,
+        *,
+        on_sent: Callable[[], None] | None = None,
+    ) -> tuple[int, bytes]:
+        """(status, body) of `method target`; raises ConnectFailed or ExchangeFailed."""
+        if self.closed:
+            raise ConnectFailed("the client is closed")
+        request = self._encode(method, target, headers, body)
+        # One deadline for a free connection and a new one's connect (and TLS handshake); a call that
+        # finds both at hand (the usual case) sets no timer for them.
+        deadline = asyncio.get_running_loop().time() + self.connect_timeout
+        if self.slots.locked():
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await self.slots.acquire()
+            except TimeoutError:
+                raise ConnectFailed(f"no free connection within {self.connect_timeout:g} s") from None
+        else:
+            await self.slots.acquire()  # returns at once
+        connection: _Connection | None = None
+        keep = False
+        try:
+            connection = self._idle_connection()
+            if connection is None:
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        connection = await self._new_connection()
+                except TimeoutError:
+                    raise ConnectFailed(f"could not connect within {self.connect_timeout:g} s") from None
+                except (OSError, ssl.SSLError) as exc:
+                    raise ConnectFailed(f"{type(exc).__name__} ({exc})") from None
+            self.busy.add(connection)
+            try:
+                async with asyncio.timeout(self.timeout):
+                    status, answer, keep = await connection.exchange(request, on_sent)
+            except TimeoutError:
+                raise ExchangeFailed(f"no complete answer within {self.timeout:g} s") from None
+            return status, answer
+        finally:
+            if connection is not None:
+                self.busy.discard(connection)
+                if keep and not connection.closed and not self.closed:
+                    self.idle.append(connection)
+                else:
+                    connection.close()
+            self.slots.release()
+
+    def _encode(self, method: str, target: str, headers: dict[str, str], body: bytes | None) -> bytes:
+        # Printable ASCII only: a line break in a value would write a header of its own.
+        if not _printable(target) or " " in target or not all(map(_printable, headers.values())):
+            raise InvalidTarget("the request's URL or a header cannot be written as HTTP/1.1")
+        lines = [f"{method} {target} HTTP/1.1", f"Host: {self.host_header}"]
+        lines += [f"{name}: {value}" for name, value in headers.items()]
+        if body is not None:
+            lines.append(f"Content-Length: {len(body)}")
+        return ("\r\n".join(lines) + "\r\n\r\n").encode() + (body or b"")
+
+    def close(self) -> None:
+        self.closed = True
+        for connection in [*self.idle, *self.busy]:
+            connection.close()
+        self.idle.clear()
+        self.busy.clear()
+
+
+def _printable(text: str) -> bool:
+    return text.isascii() and text.isprintable()
+
+
+def request_target(url: str) -> str:
+    """The path and query of an absolute URL, as a request line names them."""
+    parts = urlsplit(url)
+    return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
