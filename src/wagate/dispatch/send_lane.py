@@ -306,11 +306,16 @@ class ChannelLane:
         # A plain claim commits beside the batches of outcomes and statuses (Database.write); a trade
         # also gives rows back, which a lease renewal in a batch may hold: it queues with them.
         fresh, traded = await self.deps.db.write(claim, first=True, claim=room > 0)
-        if room > 0 and len(fresh) < limit:  # (a trade asks for single sends only)
-            self.drained_at = time.monotonic()
+        if room > 0:  # (a trade asks for single sends only)
+            # Short: nothing more is due until a wake-up or the poll interval. Full: more may be, and
+            # an earlier short claim (the idle poll before a batch came) no longer says otherwise.
+            self.drained_at = time.monotonic() if len(fresh) < limit else -math.inf
         if traded:
             self.claimed = deque(c for c in self.claimed if c.job_id not in set(traded))
             self.holding.difference_update(traded)
+            # The rows given back are due again: were the lane left drained, they would wait out a
+            # poll interval (a 1 s gap in a 1000/s batch after an OTP came).
+            self.drained_at = -math.inf
         # A row is held once: one this lane already holds is never queued a second time.
         fresh = [c for c in fresh if c.job_id not in self.holding]
         if fresh:
