@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import datetime
+import ipaddress
 import socket
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
 import httpx
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -32,6 +40,7 @@ from wagate.whatsapp.errors import (
     TemplateError,
     ThrottlingError,
     Unconfirmed,
+    UpstreamError,
     is_retryable,
 )
 from wagate.whatsapp.payloads import (
@@ -357,3 +366,83 @@ def test_fail_next_can_target_one_recipient(sim: RunningServer) -> None:
     with pytest.raises(Unconfirmed):
         send(sim, text_message(other, "targeted"))
     assert send(sim, text_message(other, "used up")).wamid
+
+
+def _self_signed(tmp_path: Any) -> tuple[str, str]:
+    """A certificate for 127.0.0.1 (and its key), signed by itself: files for a TLS server and, as the
+    trusted roots, for the client."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "graph.test")])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    return str(cert_path), str(key_path)
+
+
+def test_https_is_verified_and_kept_alive(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Meta is reached over TLS: a certificate the client trusts carries the calls (on one
+    connection); one it does not trust is refused before anything is written (NotDelivered)."""
+    cert, key = _self_signed(tmp_path)
+    server_tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_tls.load_cert_chain(cert, key)
+    connections = 0
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length")
+                )
+                await reader.readexactly(length)
+                body = b'{"messaging_product":"whatsapp","messages":[{"id":"wamid.%d"}]}' % connections
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+                await writer.drain()
+        writer.close()
+
+    async def run() -> tuple[list[str], UpstreamError]:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=server_tls)
+        port = server.sockets[0].getsockname()[1]
+        async with server:
+            monkeypatch.setenv("SSL_CERT_FILE", cert)  # the client's trusted roots: this certificate
+            async with CloudApiClient(f"https://127.0.0.1:{port}/v23.0") as client:
+                wamids = [
+                    (await client.send_message(PHONE_NUMBER_ID, "t", text_message(TO, text))).wamid
+                    for text in ("a", "b")
+                ]
+            monkeypatch.delenv("SSL_CERT_FILE")  # the system's roots: they do not know it
+            written: list[bool] = []
+            async with CloudApiClient(f"https://127.0.0.1:{port}/v23.0") as client:
+                with pytest.raises(NotDelivered) as refused:
+                    await client.send_message(
+                        PHONE_NUMBER_ID, "t", text_message(TO, "c"), on_sent=lambda: written.append(True)
+                    )
+            assert written == []
+            return wamids, refused.value
+
+    wamids, refused = asyncio.run(run())
+    assert wamids == ["wamid.1", "wamid.1"]
+    assert "CERTIFICATE_VERIFY_FAILED" in str(refused), refused
