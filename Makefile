@@ -9,7 +9,7 @@ STAMP = $(VENV)/.installed-stamp
 TOOLS ?= .venv-tools
 TOOLS_STAMP = $(TOOLS)/.installed-stamp
 
-.PHONY: sandbox test lint bench bench-send bench-statuses bench-events bench-bulk bench-scale install fuzz
+.PHONY: sandbox test lint bench bench-send bench-statuses bench-events bench-bulk bench-floor bench-scale install fuzz
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,10 @@ bench-events: $(STAMP)
 
 bench-bulk: $(STAMP)
 	$(BIN)/python bench/bulk.py
+
+# The floor under the accepted-send ratio: no framework, the driver alone (docs/performance.md).
+bench-floor: $(STAMP)
+	$(BIN)/python bench/floor.py
 
 # Scale-out on PostgreSQL (1-3 API processes, 1-2 workers; docs/performance.md).
 bench-scale: $(STAMP)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 from typing import Any
 
 import uvicorn
@@ -53,13 +54,42 @@ def create_bare_app() -> FastAPI:
     return app
 
 
+def create_raw_app() -> Any:
+    """The same endpoint without any framework: a plain ASGI callable that reads the body, parses it
+    with the standard library and answers the same 201 (bench/floor.py: what serving a request costs
+    before any framework or application code)."""
+    ids = itertools.count(1)
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        if scope["method"] == "POST":
+            json.loads(body)
+            status, answer = 201, b'{"id":"msg_%026d","sent_as":"template","status":"sent"}' % next(ids)
+        else:
+            status, answer = 200, b'{"status":"ok"}'
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(answer))]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": answer})
+
+    return app
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--log-level", default="warning")
+    parser.add_argument("--raw", action="store_true", help="no framework: a plain ASGI callable")
     args = parser.parse_args()
-    uvicorn.run(create_bare_app(), host=args.host, port=args.port, log_level=args.log_level)
+    app = create_raw_app() if args.raw else create_bare_app()
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
 
 
 if __name__ == "__main__":

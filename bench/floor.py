@@ -1,0 +1,283 @@
+"""The floor under the accepted-send ratio (issue 18, point 3): what the cheapest conceivable accepted
+send would cost on this machine, measured in one run beside the bare endpoint the targets divide by.
+
+1. The bare FastAPI endpoint (bench/bare_app.py), the targets' denominator: CPU per request.
+2. The same endpoint with no framework (`bare_app.py --raw`: a plain ASGI callable on the same uvicorn,
+   reading the body and parsing it with the standard library): what serving one request costs
+   before any framework or application code. Both under a closed loop of 64 keep-alive connections.
+3. The driver alone, in this process: the two rows every accepted send must write before its 201 (the
+   message and its outbox row, tables of the gateway's columns and types, no constraints), written
+   through the raw DBAPI connection (sqlite3 with `synchronous=FULL` in WAL mode; psycopg to the
+   machine's PostgreSQL), 64 sends per transaction (a group commit at 64 connections), one
+   statement per row, and again with one multi-row statement per table per transaction. CPU of
+   this process per send, the commit included (PostgreSQL's own CPU is not counted).
+
+The floor per accepted send is (2) + (3): no authentication, no checks, no idempotency, no events, no
+dispatch, no logs. `bare / floor` is the highest ratio to the bare endpoint any gateway written on
+this stack could show; the targets' 0.25 and 0.30 are compared with it.
+
+    .venv/bin/python bench/floor.py [--duration 8] [--databases sqlite,postgresql] [--json F]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sqlite3
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from common import (
+    ManagedProcess,
+    cpu_snapshot,
+    cpu_usage,
+    free_port,
+    postgres_available,
+    throwaway_postgres_database,
+    utc_stamp,
+    wait_http_ok,
+)
+from loadgen import closed_loop
+from sqlalchemy import Column, Integer, MetaData, Table, create_engine
+from sqlalchemy.types import NullType
+
+from wagate.db import table_of
+from wagate.messages.models import Message
+from wagate.outbox.models import OutboxJob
+
+BENCH_DIR = Path(__file__).resolve().parent
+PYTHON = sys.executable
+BODY = json.dumps(
+    {
+        "channel_id": 1,
+        "phone_number": "+994551234567",
+        "template": {"name": "otp_code", "language": "en", "parameters": ["123456"]},
+    }
+).encode()
+BATCH = 64
+
+
+def log(text: str) -> None:
+    print(f"[{datetime.now(UTC):%H:%M:%S}] {text}", file=sys.stderr, flush=True)
+
+
+# --------------------------------------------------------------------------- 1, 2: HTTP
+
+
+def serve_cpu_ms(raw: bool, duration: float, concurrency: int, workdir: Path) -> dict[str, Any]:
+    """CPU ms of the server per answered request, and requests per second, under a closed loop."""
+    port = free_port()
+    argv = [PYTHON, str(BENCH_DIR / "bare_app.py"), "--port", str(port), *(["--raw"] if raw else [])]
+    server = ManagedProcess("raw" if raw else "bare", argv, log_dir=workdir, cwd=workdir)
+    try:
+        wait_http_ok(f"http://127.0.0.1:{port}/healthz", process=server)
+        url = f"http://127.0.0.1:{port}/v1/accounts/1/whatsapp/messages"
+        headers = {"Authorization": "Bearer wg_bench_bare", "Content-Type": "application/json"}
+
+        def load(seconds: float) -> Any:
+            return asyncio.run(
+                closed_loop(
+                    url, make_body=lambda: BODY, headers=headers, concurrency=concurrency, duration=seconds
+                )
+            )
+
+        load(1.0)  # warm-up
+        before = cpu_snapshot([server.pid])
+        result = load(duration)
+        after = cpu_snapshot([server.pid])
+        figures = result.summary()
+        cpu = cpu_usage(before, after, {"server": [server.pid]})
+        per_second = figures["ok_per_second"]
+        return {
+            "ok_per_second": per_second,
+            "server_pct": cpu["server_pct"],
+            "cpu_ms": round(cpu["server_pct"] * 10 / per_second, 4) if per_second else None,
+        }
+    finally:
+        server.stop()
+
+
+# --------------------------------------------------------------------------- 3: the driver
+
+
+def bare_tables(metadata: MetaData) -> tuple[Table, Table]:
+    """The messages and outbox tables' columns and types, named apart, with no constraint but the key."""
+    copies = []
+    for model in (Message, OutboxJob):
+        source = table_of(model)
+        columns = [
+            # A foreign key's column takes its type from the key; without the key it has none of its own.
+            Column(c.name, Integer() if isinstance(c.type, NullType) else c.type, primary_key=c.name == "id")
+            for c in source.columns
+        ]
+        copies.append(Table(f"floor_{source.name}", metadata, *columns))
+    return copies[0], copies[1]
+
+
+def rows_of_a_send(n: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    now = datetime.now(UTC).replace(tzinfo=None)
+    message_id = f"msg_{n:026d}"
+    body = {"messaging_product": "whatsapp", "to": "994551234567", "type": "template"}
+    message = {
+        "id": message_id,
+        "account_id": 1,
+        "channel_id": 1,
+        "conversation_id": n,
+        "direction": "outbound",
+        "phone_number": "+994551234567",
+        "user_id": None,
+        "status": "queued",
+        "sent_as": "template",
+        "text": None,
+        "template_name": "otp_code",
+        "template_language": "en",
+        "template_category": "AUTHENTICATION",
+        "template_parameters": json.dumps(["123456"]),
+        "external_error": None,
+        "upstream_message_id": None,
+        "cost_micros": 24000,
+        "cost_currency": "AZN",
+        "cost_category": "AUTHENTICATION",
+        "batch_id": None,
+        "agent_user_id": None,
+        "status_callback": None,
+        "status_history": json.dumps([{"status": "queued", "at": now.isoformat()}]),
+        "created_at": now,
+        "updated_at": now,
+    }
+    outbox = {
+        "id": n,
+        "kind": "send_message",
+        "state": "ready",
+        "priority": 0,
+        "channel_id": 1,
+        "account_id": 1,
+        "message_id": message_id,
+        "batch_id": None,
+        "ordering_key": None,
+        "payload": json.dumps({"body": body}),
+        "run_at": now,
+        "attempts": 0,
+        "last_error": None,
+        "locked_by": None,
+        "locked_until": None,
+        "created_at": now,
+        "expires_at": None,
+    }
+    return message, outbox
+
+
+def insert_sql(table: Table, placeholder: str, rows: int = 1) -> str:
+    names = [c.name for c in table.columns]
+    one = "(" + ", ".join([placeholder] * len(names)) + ")"
+    values = ", ".join([one] * rows)
+    return f"INSERT INTO {table.name} ({', '.join(names)}) VALUES {values}"  # noqa: S608 (our own names)
+
+
+def driver_cpu_us(url: str, sends: int, multi_row: bool) -> float:
+    """CPU microseconds of this process per send: its two rows, BATCH sends per transaction."""
+    engine = create_engine(url)
+    metadata = MetaData()
+    messages, outbox = bare_tables(metadata)
+    metadata.drop_all(engine)
+    metadata.create_all(engine)
+    placeholder = "?" if url.startswith("sqlite") else "%s"
+    single = [insert_sql(messages, placeholder), insert_sql(outbox, placeholder)]
+    multi = [insert_sql(messages, placeholder, BATCH), insert_sql(outbox, placeholder, BATCH)]
+    raw = engine.raw_connection()
+    try:
+        connection: Any = raw.driver_connection
+        if isinstance(connection, sqlite3.Connection):
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.execute("PRAGMA synchronous=FULL")
+        cursor = connection.cursor()
+        batches = [[rows_of_a_send(b * BATCH + i + 1) for i in range(BATCH)] for b in range(sends // BATCH)]
+        started = time.process_time()
+        for batch in batches:
+            if multi_row:
+                for sql, index in zip(multi, (0, 1), strict=True):
+                    cursor.execute(sql, [value for pair in batch for value in pair[index].values()])
+            else:
+                for message, job in batch:
+                    cursor.execute(single[0], list(message.values()))
+                    cursor.execute(single[1], list(job.values()))
+            connection.commit()
+        spent = time.process_time() - started
+    finally:
+        raw.close()
+        metadata.drop_all(engine)
+        engine.dispose()
+    return round(spent * 1e6 / (len(batches) * BATCH), 1)
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--duration", type=float, default=8.0, help="closed-loop seconds per server")
+    parser.add_argument("--concurrency", type=int, default=64)
+    parser.add_argument("--sends", type=int, default=6400, help="sends per driver measurement")
+    parser.add_argument("--databases", default="sqlite,postgresql")
+    parser.add_argument("--json", help="write every figure to this file")
+    args = parser.parse_args()
+    figures: dict[str, Any] = {"stamp": utc_stamp(), "batch": BATCH}
+    with tempfile.TemporaryDirectory(prefix="wagate-floor-") as tmp:
+        workdir = Path(tmp)
+        log(f"bare FastAPI endpoint, {args.concurrency} connections, {args.duration} s")
+        figures["bare"] = serve_cpu_ms(False, args.duration, args.concurrency, workdir)
+        log("the same endpoint without a framework (plain ASGI on uvicorn)")
+        figures["raw_asgi"] = serve_cpu_ms(True, args.duration, args.concurrency, workdir)
+        databases = [d.strip() for d in args.databases.split(",") if d.strip()]
+        for database in databases:
+            if database == "postgresql" and not postgres_available():
+                log("postgresql: not reachable at 127.0.0.1:5432, skipped")
+                continue
+            log(f"{database}: the driver alone, {args.sends} sends")
+            if database == "sqlite":
+                url = f"sqlite:///{workdir / 'floor.db'}"
+                figures[database] = {m: driver_cpu_us(url, args.sends, m) for m in (False, True)}
+            else:
+                with throwaway_postgres_database("wagate_floor_") as (url, _):
+                    figures[database] = {m: driver_cpu_us(url, args.sends, m) for m in (False, True)}
+    bare_ms = figures["bare"]["cpu_ms"]
+    http_ms = figures["raw_asgi"]["cpu_ms"]
+    print(f"\nfloor of an accepted send, {figures['stamp']}, {BATCH} sends per transaction\n")
+    print(f"{'':44} {'ms of CPU':>10} {'req/s':>8} {'x bare CPU':>11}")
+    bare_rate = figures["bare"]["ok_per_second"]
+    print(f"{'bare FastAPI endpoint (the denominator)':44} {bare_ms:>10.3f} {bare_rate:>8.0f}")
+    print(
+        f"{'plain ASGI on uvicorn (no framework)':44} {http_ms:>10.3f} "
+        f"{figures['raw_asgi']['ok_per_second']:>8.0f} {http_ms / bare_ms:>11.2f}"
+    )
+    figures["ceilings"] = {}
+    for database in databases:
+        if database not in figures:
+            continue
+        for multi_row, label in ((False, "a statement per row"), (True, "multi-row statements")):
+            driver_ms = figures[database][multi_row] / 1000
+            floor_ms = http_ms + driver_ms
+            ceiling = bare_ms / floor_ms
+            figures["ceilings"][f"{database}, {label}"] = round(ceiling, 3)
+            print(f"{database + ' driver, ' + label:44} {driver_ms:>10.3f}")
+            share = floor_ms / bare_ms
+            print(f"{'  floor: plain ASGI + that driver':44} {floor_ms:>10.3f} {'':>8} {share:>11.2f}")
+            print(f"{'  highest ratio to the bare endpoint':44} {ceiling:>10.3f}")
+    print(
+        "\nms of CPU: the server's per answered request (1, 2) or this process's per send's two rows, the"
+        "\ncommit included (3). highest ratio: bare / floor, the ratio a gateway doing nothing but serve the"
+        "\nrequest and write its two rows could reach (PostgreSQL's own CPU not counted)."
+    )
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()
