@@ -40,7 +40,10 @@ STEPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("dispatcher: leases", ("renew_leases", "_keep_leases")),
     ("dispatcher: record the outcome", ("record_outcomes", "ChannelLane._record", "outbox/recorder.py")),
     ("dispatcher: build the request", ("whatsapp/client.py", "whatsapp/payloads.py", "send_payload")),
-    ("dispatcher: HTTP client", ("aiohttp/", "httpx/", "httpcore/", "h11/", "yarl/", "multidict/")),
+    (
+        "dispatcher: HTTP client",
+        ("whatsapp/http1.py", "aiohttp/", "httpx/", "httpcore/", "h11/", "yarl/", "multidict/"),
+    ),
     ("dispatcher: lane and rounds", ("dispatch/send_lane.py", "dispatch/dispatcher.py")),
     ("status webhooks: receive and store", ("whatsapp/webhook.py", "whatsapp/signature.py")),
     (
