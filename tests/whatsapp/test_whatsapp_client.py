@@ -262,6 +262,19 @@ def test_one_connection_is_kept_alive_across_calls_and_closed_with_the_client() 
     assert len(set(wamids)) == 1, wamids  # every call on the same connection (one client port)
 
 
+async def answer_one_send(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, wamid: str) -> None:
+    """A minimal Cloud API on a raw stream: read one request (head and Content-Length body), answer a
+    send with `wamid`, keep the connection open."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")
+    )
+    await reader.readexactly(length)
+    body = b'{"messaging_product":"whatsapp","messages":[{"id":"%s"}]}' % wamid.encode()
+    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    await writer.drain()
+
+
 def test_a_connection_the_server_closed_while_idle_is_not_reused() -> None:
     """A server that answers as keep-alive, then closes the connection while it is idle: the next call
     opens another connection instead of writing into the closed one (whose outcome would be unknown:
@@ -271,16 +284,7 @@ def test_a_connection_the_server_closed_while_idle_is_not_reused() -> None:
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         nonlocal connections
         connections += 1
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = next(
-            int(line.split(b":")[1])
-            for line in head.split(b"\r\n")
-            if line.lower().startswith(b"content-length")
-        )
-        await reader.readexactly(length)
-        body = b'{"messaging_product":"whatsapp","messages":[{"id":"wamid.%d"}]}' % connections
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
-        await writer.drain()
+        await answer_one_send(reader, writer, f"wamid.{connections}")
         await asyncio.sleep(0.05)
         writer.close()  # idle, and gone
 
@@ -410,17 +414,8 @@ def test_https_is_verified_and_kept_alive(tmp_path: Any, monkeypatch: pytest.Mon
         nonlocal connections
         connections += 1
         with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = next(
-                    int(line.split(b":")[1])
-                    for line in head.split(b"\r\n")
-                    if line.lower().startswith(b"content-length")
-                )
-                await reader.readexactly(length)
-                body = b'{"messaging_product":"whatsapp","messages":[{"id":"wamid.%d"}]}' % connections
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
-                await writer.drain()
+            while True:  # keep-alive: one answer after another on this connection
+                await answer_one_send(reader, writer, f"wamid.{connections}")
         writer.close()
 
     async def run() -> tuple[list[str], UpstreamError]:
