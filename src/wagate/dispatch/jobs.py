@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import BindParameter, Integer, Update, bindparam, delete, select, update
 from sqlalchemy.orm import Session
 
 from wagate.bulk.repository import purge_expired_batches
@@ -24,7 +25,7 @@ from wagate.messages.webhooks import WebhooksApplied, process_webhook_bodies
 from wagate.outbox.dead_letters import bury
 from wagate.outbox.errors import describe_error
 from wagate.outbox.isolation import write_isolating
-from wagate.outbox.models import JobKind, JobState, OutboxJob, Priority, claim_rows
+from wagate.outbox.models import JobKind, JobState, OutboxJob, Priority, claim_rows, claim_statement
 from wagate.outbox.retry import BACKGROUND
 from wagate.security import SecretBox
 from wagate.templates.repository import replace_templates
@@ -57,6 +58,35 @@ class ClaimedJob:
     attempts: int
 
 
+@functools.cache
+def _claim_jobs_statement(by_channel: bool, dialect: str) -> Update:
+    now: BindParameter[Any] = bindparam("claim_now")
+    due = (
+        select(OutboxJob.id)
+        .where(
+            OutboxJob.kind == bindparam("claim_kind"),
+            OutboxJob.state == JobState.ready,
+            OutboxJob.run_at <= now,
+            (OutboxJob.locked_until.is_(None)) | (OutboxJob.locked_until < now),
+        )
+        .order_by(OutboxJob.id)
+        .limit(bindparam("claim_limit", type_=Integer))
+    )
+    if by_channel:
+        channels: BindParameter[Any] = bindparam("claim_channels", expanding=True)
+        due = due.where(OutboxJob.channel_id.is_(None) | OutboxJob.channel_id.in_(channels))
+    return claim_statement(
+        dialect,
+        due,
+        values={
+            "attempts": OutboxJob.attempts + 1,
+            "locked_by": bindparam("claim_worker"),
+            "locked_until": bindparam("claim_until"),
+        },
+        returning=(OutboxJob.id, OutboxJob.kind, OutboxJob.payload, OutboxJob.attempts),
+    )
+
+
 def claim_jobs(
     session: Session,
     *,
@@ -71,29 +101,16 @@ def claim_jobs(
     if lease_seconds is None:
         lease_seconds = WEBHOOK_LEASE_SECONDS if kind is JobKind.meta_webhook else JOB_LEASE_SECONDS
     now = utcnow()
-    due = (
-        select(OutboxJob.id)
-        .where(
-            OutboxJob.kind == kind,
-            OutboxJob.state == JobState.ready,
-            OutboxJob.run_at <= now,
-            (OutboxJob.locked_until.is_(None)) | (OutboxJob.locked_until < now),
-        )
-        .order_by(OutboxJob.id)
-        .limit(limit)
-    )
+    params: dict[str, Any] = {
+        "claim_kind": kind,
+        "claim_now": now,
+        "claim_limit": limit,
+        "claim_worker": worker_id,
+        "claim_until": now + timedelta(seconds=lease_seconds),
+    }
     if channels is not None:
-        due = due.where(OutboxJob.channel_id.is_(None) | OutboxJob.channel_id.in_(sorted(channels)))
-    rows = claim_rows(
-        session,
-        due,
-        values={
-            "attempts": OutboxJob.attempts + 1,
-            "locked_by": worker_id,
-            "locked_until": now + timedelta(seconds=lease_seconds),
-        },
-        returning=(OutboxJob.id, OutboxJob.kind, OutboxJob.payload, OutboxJob.attempts),
-    )
+        params["claim_channels"] = sorted(channels)
+    rows = claim_rows(session, functools.partial(_claim_jobs_statement, channels is not None), params=params)
     return sorted((ClaimedJob(r[0], JobKind(r[1]), r[2], r[3]) for r in rows), key=lambda j: j.id)
 
 

@@ -10,12 +10,13 @@ such a row (`settle_sends`); what the grace period does with one that stays unse
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, delete, func, select, update
+from sqlalchemy import Integer, Update, bindparam, delete, func, select, update
 from sqlalchemy.orm import Session
 
 from wagate.bulk.completion import complete_batches
@@ -36,6 +37,7 @@ from wagate.outbox.models import (
     OutboxJob,
     Priority,
     claim_rows,
+    claim_statement,
     expired_error,
 )
 from wagate.outbox.retry import SEND_NOT_DELIVERED, SEND_ORPHANED
@@ -108,6 +110,41 @@ class Held:
 Outcome = Sent | Retry | Unknown | Rejected | Held
 
 
+@functools.cache
+def _claim_sends_statement(singles_only: bool, dialect: str) -> Update:
+    due = (
+        select(OutboxJob.id)
+        .where(
+            OutboxJob.kind == JobKind.send_message,
+            OutboxJob.channel_id == bindparam("claim_channel"),
+            OutboxJob.state == JobState.ready,
+            OutboxJob.run_at <= bindparam("claim_now"),
+        )
+        .order_by(OutboxJob.priority, OutboxJob.id)
+        .limit(bindparam("claim_limit", type_=Integer))
+    )
+    if singles_only:
+        due = due.where(OutboxJob.priority < Priority.bulk)
+    return claim_statement(
+        dialect,
+        due,
+        values={
+            "state": JobState.in_flight,
+            "attempts": OutboxJob.attempts + 1,
+            "locked_by": bindparam("claim_worker"),
+            "locked_until": bindparam("claim_until"),
+        },
+        returning=(
+            OutboxJob.id,
+            OutboxJob.message_id,
+            OutboxJob.payload,
+            OutboxJob.attempts,
+            OutboxJob.priority,
+            OutboxJob.expires_at,
+        ),
+    )
+
+
 def claim_sends(
     session: Session,
     *,
@@ -119,36 +156,16 @@ def claim_sends(
 ) -> list[ClaimedSend]:
     """Take up to `limit` due sends of the channel, best priority first, and record the attempt."""
     now = utcnow()
-    due = (
-        select(OutboxJob.id)
-        .where(
-            OutboxJob.kind == JobKind.send_message,
-            OutboxJob.channel_id == channel_id,
-            OutboxJob.state == JobState.ready,
-            OutboxJob.run_at <= now,
-        )
-        .order_by(OutboxJob.priority, OutboxJob.id)
-        .limit(limit)
-    )
-    if singles_only:
-        due = due.where(OutboxJob.priority < Priority.bulk)
     rows = claim_rows(
         session,
-        due,
-        values={
-            "state": JobState.in_flight,
-            "attempts": OutboxJob.attempts + 1,
-            "locked_by": worker_id,
-            "locked_until": now + timedelta(seconds=lease_seconds),
+        functools.partial(_claim_sends_statement, singles_only),
+        params={
+            "claim_channel": channel_id,
+            "claim_now": now,
+            "claim_limit": limit,
+            "claim_worker": worker_id,
+            "claim_until": now + timedelta(seconds=lease_seconds),
         },
-        returning=(
-            OutboxJob.id,
-            OutboxJob.message_id,
-            OutboxJob.payload,
-            OutboxJob.attempts,
-            OutboxJob.priority,
-            OutboxJob.expires_at,
-        ),
     )
     claimed = [
         ClaimedSend(

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Enum, Index, Integer, Select, SmallInteger, String, update
+from sqlalchemy import JSON, Enum, Index, Integer, Select, SmallInteger, String, Update, update
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from wagate.db import Base, BigIntId, UTCDateTime, dialect_name, utcnow
@@ -149,16 +149,32 @@ class FastClaim:
     started: Callable[[ClaimedSend], None]
 
 
-def claim_rows(
-    session: Session, due: Select[Any], *, values: dict[str, Any], returning: Sequence[Any]
-) -> Sequence[Any]:
-    """Mark the outbox rows that `due` selects as taken and return `returning` of each, in one statement.
-
-    On PostgreSQL rows that another worker is claiming at this moment are skipped, not waited for.
-    """
-    if dialect_name(session) == "postgresql":
+def claim_statement(
+    dialect: str, due: Select[Any], *, values: dict[str, Any], returning: Sequence[Any]
+) -> Update:
+    """The one statement that marks the outbox rows `due` selects as taken and returns `returning` of
+    each. On PostgreSQL rows that another worker is claiming at this moment are skipped, not waited
+    for. The hot claims (a lane's sends, Meta's stored webhooks) build theirs once with bound
+    parameters: building and keying the expression anew cost a third of a worker's claims."""
+    if dialect == "postgresql":
         due = due.with_for_update(skip_locked=True)
-    statement = update(OutboxJob).where(OutboxJob.id.in_(due)).values(**values).returning(*returning)
+    return update(OutboxJob).where(OutboxJob.id.in_(due)).values(**values).returning(*returning)
+
+
+def claim_rows(
+    session: Session,
+    due: Select[Any] | Callable[[str], Update],
+    *,
+    values: dict[str, Any] | None = None,
+    returning: Sequence[Any] = (),
+    params: dict[str, Any] | None = None,
+) -> Sequence[Any]:
+    """Claim with `claim_statement`: from a `due` select, or from a builder of the whole statement
+    for the session's dialect (cached by the caller) and its `params`."""
+    if isinstance(due, Select):
+        statement = claim_statement(dialect_name(session), due, values=values or {}, returning=returning)
+    else:
+        statement = due(dialect_name(session))
     # On the connection, as a Core statement: the ORM's bulk-update path (synchronizing a session that
     # holds none of these rows) cost more than the rest of a claim, and a lane claims for every wake-up.
-    return session.connection().execute(statement).all()
+    return session.connection().execute(statement, params or {}).all()
