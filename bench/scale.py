@@ -434,6 +434,12 @@ def lock_holders(database: str) -> dict[int, str]:
     return {int(objid): str(name) for objid, name in rows}
 
 
+def channels_of(database: str, pid: int) -> set[int]:
+    """The channels whose locks the worker process `pid` holds: its lock connection is named
+    `wagate-locks <pid>@<host>` (wagate.outbox.ownership)."""
+    return {c for c, name in lock_holders(database).items() if name.startswith(f"wagate-locks {pid}@")}
+
+
 @contextmanager
 def holding_locks(database_url: str, channel_ids: list[int]) -> Iterator[None]:
     """The bench holds these channels' locks, so no worker takes them meanwhile."""
@@ -494,25 +500,17 @@ def measure_workers(settings: Settings, gateway: Gateway, count: int) -> dict[st
             worker_a = gateway.start_worker(names[0])
             wait_for(
                 "worker-a owns its share",
-                lambda: (
-                    {c for c, n in lock_holders(gateway.database).items() if n == "wagate-worker-a"}
-                    == set(halves[0])
-                ),
+                lambda: channels_of(gateway.database, worker_a.pid) == set(halves[0]),
                 watch=gateway.workers,
             )
             os.kill(worker_a.pid, signal.SIGSTOP)
         try:
             for index in range(1, count):
-                gateway.start_worker(names[index])
+                worker = gateway.start_worker(names[index])
                 wait_for(
                     f"{names[index]} owns its share",
-                    lambda index=index: (
-                        {
-                            c
-                            for c, n in lock_holders(gateway.database).items()
-                            if n == f"wagate-{names[index]}"
-                        }
-                        == set(halves[index])
+                    lambda index=index, pid=worker.pid: (
+                        channels_of(gateway.database, pid) == set(halves[index])
                     ),
                     watch=gateway.workers,
                 )
