@@ -4,8 +4,10 @@ and a write the server rolls back to break a deadlock is run again."""
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
+from collections.abc import Callable
 
 import psycopg
 import pytest
@@ -13,6 +15,7 @@ from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from wagate.db import Database
+from wagate.outbox.notify import CHANNEL, notify_outbox
 
 
 @pytest.fixture
@@ -97,3 +100,39 @@ def test_a_write_rolled_back_to_break_a_deadlock_is_run_again(table: str) -> Non
     other.join(10)
     assert len(runs) == 2, runs
     assert values(table) == {1: 11, 2: 11}
+
+
+def test_units_wake_workers_of_other_processes_when_their_rows_commit(table: str) -> None:
+    """`notify_outbox` (the API's sends and Meta's webhooks for a worker elsewhere): what the units of
+    a committed batch noted reaches a LISTENing worker (sent once, before the commit), and nothing of
+    a unit that failed."""
+
+    def sends(channel_id: int) -> Callable[[Session], None]:
+        def unit(session: Session) -> None:
+            session.execute(text("UPDATE counters SET value = value + 1 WHERE id = 1"))
+            notify_outbox(session, channel_id)
+
+        return unit
+
+    def webhook_then_fail(session: Session) -> None:
+        notify_outbox(session, 9, webhook=True)
+        raise RuntimeError("the unit fails: nothing of it commits")
+
+    async def scenario() -> None:
+        db = Database(table, pool_size=2)
+        try:
+            # Three units share one commit: two name channel 7, one channel 8.
+            await asyncio.gather(db.write(sends(7)), db.write(sends(7)), db.write(sends(8)))
+            with pytest.raises(RuntimeError):
+                await db.write(webhook_then_fail)
+        finally:
+            await db.dispose()
+
+    url = table.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(url, autocommit=True) as listener:
+        listener.execute(f"LISTEN {CHANNEL}")
+        asyncio.run(scenario())
+        heard = [note.payload for note in listener.notifies(timeout=1.0)]
+    own = f"{os.getpid()}:"
+    assert set(heard) == {own + "7", own + "8"}, heard
+    assert values(table)[1] == 3
