@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.orm import Session
 
 from wagate.conversations.models import (
@@ -96,24 +96,20 @@ def learn_customers(
         return customers
     user_ids = {s.user_id for s in sightings.values() if s.user_id}
     phones = {s.wa_id for s in sightings.values() if s.wa_id}
-    # Core rows, not ORM objects: this runs for every batch of statuses.
+    # Core rows, not ORM objects (see _CONTACTS_OF_USER_IDS).
     contacts: dict[int, _ContactRow] = {}
     known: dict[str, int] = {}
     if user_ids:
-        for user_id, found_id, phone_number, name, username in session.execute(
-            select(CustomerId.user_id, *_CONTACT_COLUMNS)
-            .join(Contact, Contact.id == CustomerId.contact_id)
-            .where(CustomerId.account_id == account_id, CustomerId.user_id.in_(user_ids))
+        for user_id, found_id, phone_number, name, username in session.connection().execute(
+            _CONTACTS_OF_USER_IDS, {"account_id": account_id, "user_ids": list(user_ids)}
         ):
             contact = _ContactRow(found_id, phone_number, name, username)
             known[user_id] = contact.id
             contacts[contact.id] = contact
     missing_phones = phones - {c.phone_number for c in contacts.values()}
     if missing_phones:
-        for row in session.execute(
-            select(*_CONTACT_COLUMNS).where(
-                Contact.account_id == account_id, Contact.phone_number.in_(missing_phones)
-            )
+        for row in session.connection().execute(
+            _CONTACTS_OF_NUMBERS, {"account_id": account_id, "phones": list(missing_phones)}
         ):
             contacts[row[0]] = _ContactRow(row[0], row[1], row[2], row[3])
     by_phone = {c.phone_number: c.id for c in contacts.values() if c.phone_number}
@@ -180,6 +176,19 @@ class _ContactRow(NamedTuple):
 
 
 _CONTACT_COLUMNS = (Contact.id, Contact.phone_number, Contact.name, Contact.username)
+# Built once, with the values bound at execution: this runs for every batch of Meta's statuses.
+_CONTACTS_OF_USER_IDS = (
+    select(CustomerId.user_id, *_CONTACT_COLUMNS)
+    .join(Contact, Contact.id == CustomerId.contact_id)
+    .where(
+        CustomerId.account_id == bindparam("account_id"),
+        CustomerId.user_id.in_(bindparam("user_ids", expanding=True)),
+    )
+)
+_CONTACTS_OF_NUMBERS = select(*_CONTACT_COLUMNS).where(
+    Contact.account_id == bindparam("account_id"),
+    Contact.phone_number.in_(bindparam("phones", expanding=True)),
+)
 
 
 def _update_profile(

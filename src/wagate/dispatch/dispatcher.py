@@ -198,7 +198,10 @@ class Dispatcher:
             self.metrics.statuses_applied.inc(batch.statuses)
         if batch.events:
             self.wake_events()
-        busy = batch.taken > 0 and not batch.held
+        # Only a full batch may have left bodies behind. One stored meanwhile woke `_wake` (cleared
+        # before this tick), so the next tick comes at once anyway; claiming again on the chance would
+        # cost an empty claim, a transaction, after every body a low rate brings one at a time.
+        busy = batch.taken >= jobs.WEBHOOK_BATCH and not batch.held
         maintenance_due = time.monotonic() - self._last_maintenance >= POLL_SECONDS
         if self._lanes_needed or maintenance_due:
             self._lanes_needed = False

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import BindParameter, Integer, Update, bindparam, delete, select, update
+from sqlalchemy import BindParameter, Integer, Update, bindparam, select, update
 from sqlalchemy.orm import Session
 
 from wagate.bulk.repository import purge_expired_batches
@@ -25,7 +25,15 @@ from wagate.messages.webhooks import WebhooksApplied, process_webhook_bodies
 from wagate.outbox.dead_letters import bury
 from wagate.outbox.errors import describe_error
 from wagate.outbox.isolation import write_isolating
-from wagate.outbox.models import JobKind, JobState, OutboxJob, Priority, claim_rows, claim_statement
+from wagate.outbox.models import (
+    JobKind,
+    JobState,
+    OutboxJob,
+    Priority,
+    claim_rows,
+    claim_statement,
+    delete_jobs,
+)
 from wagate.outbox.retry import BACKGROUND
 from wagate.security import SecretBox
 from wagate.templates.repository import replace_templates
@@ -115,8 +123,7 @@ def claim_jobs(
 
 
 def finish_jobs(session: Session, job_ids: list[int]) -> None:
-    if job_ids:
-        session.execute(delete(OutboxJob).where(OutboxJob.id.in_(job_ids)))
+    delete_jobs(session, job_ids)
 
 
 def fail_jobs(session: Session, jobs: list[ClaimedJob], error: str) -> None:

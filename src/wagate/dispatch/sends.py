@@ -38,6 +38,7 @@ from wagate.outbox.models import (
     Priority,
     claim_rows,
     claim_statement,
+    delete_jobs,
     expired_error,
 )
 from wagate.outbox.retry import SEND_NOT_DELIVERED, SEND_ORPHANED
@@ -268,8 +269,7 @@ def record_outcomes(
             if change:
                 changes.append(change)
     finished = [o.send.job_id for o in outcomes if isinstance(o, Sent | Rejected)]
-    if finished:
-        session.execute(delete(OutboxJob).where(OutboxJob.id.in_(finished)))
+    delete_jobs(session, finished)
     held = [o for o in outcomes if isinstance(o, Held)]
     if held:
         _hold(session, held, now)

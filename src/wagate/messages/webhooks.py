@@ -7,14 +7,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import delete, or_, select
+from sqlalchemy import bindparam, delete, or_, select
 from sqlalchemy.orm import Session
 
 from wagate.channels.models import Channel
 from wagate.conversations.customers import Customers, learn_customers, phone_of_wa_id
 from wagate.conversations.models import USER_ID_LENGTH, ConversationStatus
 from wagate.conversations.repository import get_or_create_conversation, set_marketing_preferences
-from wagate.db import isoformat, utcnow
+from wagate.db import isoformat, table_of, utcnow
 from wagate.events.publish import ConversationChange, publish_conversation_changes
 from wagate.events.subscriptions import Subscriptions
 from wagate.ids import new_id
@@ -85,6 +85,19 @@ class StatusesApplied:
         self.settled += other.settled
 
 
+# The statements every batch of Meta's webhooks runs, built once with their values bound at execution.
+_MESSAGES_OF_STATUSES = select(Message).where(
+    Message.direction == Direction.outbound,
+    or_(
+        Message.upstream_message_id.in_(bindparam("wamids", expanding=True)),
+        Message.id.in_(bindparam("ours", expanding=True)),
+    ),
+)
+_CHANNELS_OF_NUMBERS = select(Channel).where(
+    Channel.phone_number_id.in_(bindparam("numbers", expanding=True))
+)
+
+
 def apply_status_payloads(
     session: Session,
     statuses: Sequence[tuple[int | None, StatusUpdate]],
@@ -104,14 +117,7 @@ def apply_status_payloads(
         return StatusesApplied()
     wamids = {u.id for u, _, _ in parsed}
     our_ids = {u.biz_opaque_callback_data for u, _, _ in parsed if u.biz_opaque_callback_data}
-    messages = list(
-        session.scalars(
-            select(Message).where(
-                Message.direction == Direction.outbound,
-                or_(Message.upstream_message_id.in_(wamids), Message.id.in_(our_ids)),
-            )
-        )
-    )
+    messages = list(session.scalars(_MESSAGES_OF_STATUSES, {"wamids": list(wamids), "ours": list(our_ids)}))
     by_id = {m.id: m for m in messages}
     by_wamid = {m.upstream_message_id: m for m in messages if m.upstream_message_id}
     changes: list[StatusChange] = []
@@ -158,15 +164,24 @@ def _learn_recipient(message: Message, update: StatusUpdate) -> None:
         message.phone_number = phone_of_wa_id(update.recipient_id)
 
 
+_parked = table_of(ParkedStatus)
+_PARKED_FOR = select(_parked.c.id, _parked.c.channel_id, _parked.c.payload).where(
+    _parked.c.upstream_message_id.in_(bindparam("wamids", expanding=True))
+)
+_UNPARK = delete(_parked).where(_parked.c.id.in_(bindparam("ids", expanding=True)))
+
+
 def apply_parked_statuses(
     session: Session, wamids: list[str], *, prices: Prices | None = None
 ) -> StatusesApplied:
-    """Statuses that came before their send result: apply them now that the wamid is known."""
-    parked = list(session.scalars(select(ParkedStatus).where(ParkedStatus.upstream_message_id.in_(wamids))))
+    """Statuses that came before their send result: apply them now that the wamid is known. Asked
+    after every round of send results, almost always of none: the statements are built once."""
+    connection = session.connection()
+    parked = connection.execute(_PARKED_FOR, {"wamids": wamids}).all()
     if not parked:
         return StatusesApplied()
-    session.execute(delete(ParkedStatus).where(ParkedStatus.id.in_([p.id for p in parked])))
-    updates = [(p.channel_id, StatusUpdate.from_dict(p.payload)) for p in parked]
+    connection.execute(_UNPARK, {"ids": [row.id for row in parked]})
+    updates = [(row.channel_id, StatusUpdate.from_dict(row.payload)) for row in parked]
     return apply_status_payloads(session, updates, park_unknown=False, prices=prices)
 
 
@@ -318,10 +333,7 @@ def process_webhook_bodies(
         odd += parsed.odd
     numbers = {change.phone_number_id for change in changes}
     channels = (
-        {
-            c.phone_number_id: c
-            for c in session.scalars(select(Channel).where(Channel.phone_number_id.in_(sorted(numbers))))
-        }
+        {c.phone_number_id: c for c in session.scalars(_CHANNELS_OF_NUMBERS, {"numbers": sorted(numbers)})}
         if numbers
         else {}
     )

@@ -6,7 +6,19 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import JSON, Enum, Index, Integer, Select, SmallInteger, String, Update, update
+from sqlalchemy import (
+    JSON,
+    Enum,
+    Index,
+    Integer,
+    Select,
+    SmallInteger,
+    String,
+    Update,
+    bindparam,
+    delete,
+    update,
+)
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from wagate.db import Base, BigIntId, UTCDateTime, dialect_name, utcnow
@@ -178,3 +190,13 @@ def claim_rows(
     # On the connection, as a Core statement: the ORM's bulk-update path (synchronizing a session that
     # holds none of these rows) cost more than the rest of a claim, and a lane claims for every wake-up.
     return session.connection().execute(statement, params or {}).all()
+
+
+_DELETE_JOBS = delete(OutboxJob).where(OutboxJob.id.in_(bindparam("job_ids", expanding=True)))
+
+
+def delete_jobs(session: Session, job_ids: Sequence[int]) -> None:
+    """Take finished rows out of the outbox. Built once and run on the connection: a worker finishes
+    rows after every send and every batch of Meta's webhooks."""
+    if job_ids:
+        session.connection().execute(_DELETE_JOBS, {"job_ids": list(job_ids)})
