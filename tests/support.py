@@ -6,6 +6,7 @@ import itertools
 import os
 import random
 import re
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -14,7 +15,9 @@ from typing import Any, TypeVar
 
 import httpx
 import orjson
+import psycopg
 
+from wagate.db import sqlite_path
 from wagate.whatsapp.signature import sign
 
 T = TypeVar("T")
@@ -264,3 +267,26 @@ def marketing_preference(gateway: Gateway, number: str, value: str, at: int) -> 
         )
     )
     assert post_meta(gateway, body).status_code == 200
+
+
+@contextmanager
+def writes_held(database_url: str) -> Iterator[None]:
+    """Another session holds what a send writes: the gateway's writer waits, and the sends that come
+    meanwhile queue for its next batch (as under load)."""
+    if database_url.startswith("sqlite"):
+        path = sqlite_path(database_url)
+        assert path is not None
+        lock = sqlite3.connect(path, isolation_level=None)
+        lock.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        finally:
+            lock.execute("ROLLBACK")
+            lock.close()
+        return
+    with psycopg.connect(database_url.replace("postgresql+psycopg://", "postgresql://")) as held:
+        held.execute("LOCK TABLE outbox IN EXCLUSIVE MODE")
+        try:
+            yield
+        finally:
+            held.rollback()

@@ -9,6 +9,8 @@ commits. Units are synchronous so that the database decides how to run them chea
 - A batch runs on the writer thread with the blocking driver (pysqlite, psycopg): one hand-off to
   that thread per batch, not one per statement.
 - A unit that raises gets its exception back and stores nothing; the others commit.
+- Units of one kind that would each run the same few statements for one row (single sends) can be
+  `Mergeable`: a batch runs those of one key together, one statement per table for all of them.
 - What a unit leaves for after its commit (`COMMIT_NOTES`: the live changes of wagate.live) goes to
   the database's commit listeners once its batch committed, never for a unit rolled back.
 - On PostgreSQL a *large* unit (a bulk batch of up to 1000 messages, about 0.2 s) commits on a second
@@ -30,13 +32,13 @@ import json
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast
 
 import orjson
 from sqlalchemy import BigInteger, DateTime, Engine, Integer, MetaData, Table, create_engine, event
@@ -195,15 +197,55 @@ def _run_alone(session: Session, unit: UnitOfWork[T]) -> T:
     return result
 
 
+@dataclass(frozen=True)
+class Mergeable(Generic[T]):
+    """A unit of work that a batch runs together with the others of its key: `run_many(session,
+    items)` stores all their items at once and returns one result for each, in order. Alone (a batch
+    of one, or the retry of a batch that failed, a savepoint per unit) it runs with its item only."""
+
+    key: Hashable
+    item: Any
+    run_many: Callable[[Session, list[Any]], list[T]]
+
+    def __call__(self, session: Session) -> T:
+        return self.run_many(session, [self.item])[0]
+
+
+def _bound(run_many: Callable[[Session, list[Any]], list[T]], items: list[Any]) -> UnitOfWork[list[T]]:
+    return lambda session: run_many(session, items)
+
+
+def _run_merged(session: Session, units: list[UnitOfWork[Any]]) -> list[Any]:
+    """Each unit's result; the `Mergeable` ones of one key and kind run as one, where the first of
+    them stands in the batch."""
+    groups: dict[tuple[Any, Hashable], list[int]] = {}
+    for index, unit in enumerate(units):
+        if isinstance(unit, Mergeable):
+            groups.setdefault((unit.run_many, unit.key), []).append(index)
+    results: list[Any] = [None] * len(units)
+    for index, unit in enumerate(units):
+        if not isinstance(unit, Mergeable):
+            results[index] = _run_alone(session, unit)
+            continue
+        group = groups[(unit.run_many, unit.key)]
+        if group[0] != index:
+            continue  # ran with the first of its group
+        items = [cast(Mergeable[Any], units[member]).item for member in group]
+        merged = _run_alone(session, _bound(unit.run_many, items))
+        for member, result in zip(group, merged, strict=True):
+            results[member] = result
+    return results
+
+
 def run_units(session: Session, units: list[UnitOfWork[Any]]) -> list[tuple[bool, Any]]:
     """Run a batch of units in the session's transaction and commit once.
 
     Optimistic: units rarely fail (every check ran before), so they first run without savepoints,
-    which cost a statement each. If one raises, the batch is rolled back and run again with each
-    unit in its own savepoint, so only the failing one is lost.
+    which cost a statement each, and the `Mergeable` ones merged. If one raises, the batch is rolled
+    back and run again with each unit alone in its own savepoint, so only the failing one is lost.
     """
     try:
-        results: list[tuple[bool, Any]] = [(True, _run_alone(session, unit)) for unit in units]
+        results: list[tuple[bool, Any]] = [(True, result) for result in _run_merged(session, units)]
         session.commit()
         return results
     except Exception:

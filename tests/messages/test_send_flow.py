@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from support import MAIN, Gateway, marketing_preference, new_number, wait_for
+from app_in_thread import sql
+from support import MAIN, Gateway, marketing_preference, new_number, wait_for, writes_held
 
 OTP = {"name": "otp_code", "language": "en", "parameters": ["654321"]}
 
@@ -218,8 +221,6 @@ def test_an_ambiguous_answer_is_not_sent_again(gateway: Gateway) -> None:
 
 
 def test_concurrent_repeats_of_one_idempotency_key_send_once(gateway: Gateway) -> None:
-    from concurrent.futures import ThreadPoolExecutor
-
     number = new_number()
     body = {"phone_number": number, "template": OTP}
 
@@ -234,3 +235,43 @@ def test_concurrent_repeats_of_one_idempotency_key_send_once(gateway: Gateway) -
     assert all(status == 201 or r["error"]["code"] == "idempotency_key_in_use" for status, r in results)
     upstream(gateway, number)
     assert len(gateway.sim.messages(to=number)) == 1
+
+
+def test_single_sends_that_arrive_together_are_each_stored_and_sent_once(gateway: Gateway) -> None:
+    """Single sends that share a commit are stored with shared statements (wagate.db.Mergeable): each
+    request still gets its own message, to its own number (two to one number included), each goes
+    out once, and a keyed one among them is remembered under its key."""
+    numbers = [new_number() for _ in range(23)]
+    numbers.append(numbers[0])  # two codes for one customer, in the same moment
+
+    def attempt(n: int) -> tuple[int, Any]:
+        keys = {"Idempotency-Key": f"together-{numbers[n]}-{n}"} if n % 4 == 0 else {}
+        response = gateway.send({"phone_number": numbers[n], "template": OTP}, **keys)
+        return response.status_code, response.json()
+
+    with ThreadPoolExecutor(len(numbers)) as pool:
+        with writes_held(gateway.database_url):
+            answers = [pool.submit(attempt, n) for n in range(len(numbers))]
+            time.sleep(1.0)  # every request is in: one batch waits on the lock, the rest queue behind it
+        results = [answer.result() for answer in answers]
+    assert all(status == 201 for status, _ in results), results
+    ids = [body["id"] for _, body in results]
+    assert len(set(ids)) == len(ids), "a message id given twice"
+    for n, (_, body) in enumerate(results):
+        assert gateway.message(body["id"])["phone_number"] == numbers[n]
+        if n % 4 == 0:  # its key answers with the same message
+            again = gateway.send(
+                {"phone_number": numbers[n], "template": OTP},
+                **{"Idempotency-Key": f"together-{numbers[n]}-{n}"},
+            )
+            assert again.json()["id"] == body["id"], again.text
+    wait_for(
+        lambda: all(len(gateway.sim.messages(to=n)) == numbers.count(n) for n in set(numbers)),
+        what="each send at the simulator once",
+    )
+    # They were stored together: a batch's rows share its moment.
+    created = Counter(
+        sql(gateway.database_url, "SELECT created_at FROM messages WHERE id = :id", id=message_id)[0][0]
+        for message_id in ids
+    )
+    assert max(created.values()) > 1, created

@@ -4,6 +4,7 @@ whole batch) in a handful of Core statements, with the events they cause.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -32,26 +33,27 @@ from wagate.outbox.notify import notify_outbox
 _INSERT_MESSAGE = insert(table_of(Message))
 _INSERT_OUTBOX = insert(table_of(OutboxJob))
 _INSERT_OUTBOX_RETURNING_ID = _INSERT_OUTBOX.returning(table_of(OutboxJob).c.id)
-
-
-def store_send(
-    session: Session, send: PreparedSend, *, notify_others: bool = True, claim: FastClaim | None = None
-) -> int:
-    """The unit of work behind a 201: the message, its conversation and its outbox row, together.
-
-    `notify_others`: wake dispatchers of other processes (PostgreSQL NOTIFY); needless when this
-    process's own dispatcher sends for the channel. `claim`: the row is born `in_flight` (the attempt
-    record), so the lane can call Meta the moment this commits. Returns the outbox row's id.
-    """
-    return store_sends(session, [send], notify_others=notify_others, claim=claim)[0]
+# Several rows' ids, in the order of their rows (SQLAlchemy's multi-row INSERT ... RETURNING).
+_INSERT_OUTBOX_RETURNING_IDS = _INSERT_OUTBOX.returning(
+    table_of(OutboxJob).c.id, sort_by_parameter_order=True
+)
 
 
 def store_sends(
-    session: Session, sends: list[PreparedSend], *, notify_others: bool = True, claim: FastClaim | None = None
+    session: Session,
+    sends: list[PreparedSend],
+    *,
+    notify_others: bool = True,
+    claims: Sequence[FastClaim | None] | None = None,
+    ids: bool = False,
 ) -> list[int]:
-    """Messages of one account and channel (a single send, or a batch) with their conversations and
-    outbox rows: a handful of statements however many there are. Returns the outbox ids of a single
-    send (a batch's are not needed, and not read back)."""
+    """Messages of one account and channel (a single send, single sends merged in one batch, or a
+    bulk batch) with their conversations and outbox rows: a handful of statements however many there
+    are. `notify_others`: wake dispatchers of other processes (PostgreSQL NOTIFY); needless when this
+    process's own dispatcher sends for the channel. `claims`: each send's room in its lane (see
+    `FastClaim`), if any: its row is born `in_flight` (the attempt record), so the lane can call Meta
+    the moment this commits. Returns the outbox ids of the sends, in order, when `ids` asks for them
+    (a bulk batch's are not needed, and not read back)."""
     if not sends:
         return []
     now = utcnow()
@@ -92,13 +94,15 @@ def store_sends(
             claimed_by=claim,
             expires_at=send.expires_at,
         )
-        for send in sends
+        for send, claim in zip(sends, claims or [None] * len(sends), strict=True)
     ]
     job_ids: list[int] = []
-    if len(outbox_rows) == 1:
+    if not ids:
+        connection.execute(_INSERT_OUTBOX, outbox_rows)
+    elif len(outbox_rows) == 1:
         job_ids.append(connection.execute(_INSERT_OUTBOX_RETURNING_ID, outbox_rows[0]).scalar_one())
     else:
-        connection.execute(_INSERT_OUTBOX, outbox_rows)
+        job_ids += connection.execute(_INSERT_OUTBOX_RETURNING_IDS, outbox_rows).scalars()
     reports = [
         (send.message_id, send.status_callback["after_seconds"])
         for send in sends
@@ -157,9 +161,16 @@ def _contacts_of(session: Session, sends: list[PreparedSend]) -> dict[str, int]:
     """Each send's contact (message id -> contact id): by number, made when new (one statement), or by
     user id; a user id no one has seen gets a contact without a number."""
     account_id = sends[0].account_id
-    numbers = [s.phone_number for s in sends if s.contact_id is None and s.phone_number is not None]
+    # Each number once: single sends merged in one batch may go to one number twice (two codes).
+    numbers = list(
+        dict.fromkeys(s.phone_number for s in sends if s.contact_id is None and s.phone_number is not None)
+    )
     by_number = contacts_of_numbers(session, account_id=account_id, phone_numbers=numbers) if numbers else {}
-    new_users = [s.user_id for s in sends if s.contact_id is None and s.phone_number is None and s.user_id]
+    new_users = list(
+        dict.fromkeys(
+            s.user_id for s in sends if s.contact_id is None and s.phone_number is None and s.user_id
+        )
+    )
     by_user = (
         contacts_of_user_ids(session, account_id=account_id, user_ids=new_users, parent_user_ids={})
         if new_users

@@ -15,7 +15,7 @@ from wagate.config import Settings
 from wagate.conversations.models import ConversationStatus
 from wagate.conversations.repository import marketing_stopped
 from wagate.conversations.service import Recipient, recipient_for, window_for
-from wagate.db import isoformat, utcnow
+from wagate.db import Mergeable, isoformat, utcnow
 from wagate.deps import Gateway
 from wagate.errors import (
     InvalidRequest,
@@ -33,9 +33,9 @@ from wagate.lookups import Lookups
 from wagate.messages import repository
 from wagate.messages.models import BoundTemplate, MessageStatus, PreparedSend, SentAs, SentMessage
 from wagate.messages.pricing import price_micros
-from wagate.messages.repository import SentFilter, store_send
+from wagate.messages.repository import SentFilter
 from wagate.messages.schemas import SendMessageRequest, StatusCallback, TemplateRef, format_amount
-from wagate.outbox.models import ClaimedSend, Priority
+from wagate.outbox.models import ClaimedSend, FastClaim, Priority
 from wagate.phones import normalize_phone_number, whatsapp_digits
 from wagate.security import SecretBox
 from wagate.templates.render import render_message_template
@@ -239,6 +239,39 @@ async def read_message(session: AsyncSession, *, principal: Principal, message_i
     return found
 
 
+@dataclass(frozen=True)
+class _Accepted:
+    """A single send checked and ready to store, with what its unit of work needs."""
+
+    prepared: PreparedSend
+    claim: FastClaim | None
+    idem: IdempotentRequest | None
+    response: dict[str, Any]
+    idempotency_ttl_seconds: int
+    notify_others: bool  # the same for all the sends of a key (see `accept_send`)
+
+
+def _store_accepted(session: Session, sends: list[_Accepted]) -> list[int | AlreadyAnswered]:
+    """The unit of work behind the 201s of single sends of one account, channel and conversation
+    status that came in together: each request's key looked up, the new ones stored with one
+    statement per table (`store_sends`), each response remembered under its key. A failure (a key
+    another process answered meanwhile) fails them all, and the batch runs each alone again."""
+    repeats = [answered_before(session, send.idem) for send in sends]
+    new = [send for send, repeat in zip(sends, repeats, strict=True) if repeat is None]
+    job_ids = iter(
+        repository.store_sends(
+            session,
+            [send.prepared for send in new],
+            notify_others=sends[0].notify_others,
+            claims=[send.claim for send in new],
+            ids=True,
+        )
+    )
+    for send in new:
+        remember_accepted(session, send.idem, 201, send.response, ttl_seconds=send.idempotency_ttl_seconds)
+    return [next(job_ids) if repeat is None else repeat for repeat in repeats]
+
+
 async def accept_send(
     gateway: Gateway, *, principal: Principal, request: SendMessageRequest, idem: IdempotentRequest | None
 ) -> dict[str, Any]:
@@ -259,17 +292,19 @@ async def accept_send(
     # way takes none of it), the row is stored already claimed and the call starts right after the
     # commit, without a claim of its own.
     claim = dispatcher.prepare_claim(prepared.channel_id)
-
-    def unit(session: Session) -> int | AlreadyAnswered:
-        if (repeat := answered_before(session, idem)) is not None:
-            return repeat
-        job_id = store_send(
-            session, prepared, notify_others=not dispatcher.owns(prepared.channel_id), claim=claim
-        )
-        remember_accepted(session, idem, 201, response, ttl_seconds=gateway.settings.idempotency_ttl_seconds)
-        return job_id
-
-    job_id = await gateway.db.write(unit)
+    notify_others = not dispatcher.owns(prepared.channel_id)
+    accepted = _Accepted(
+        prepared, claim, idem, response, gateway.settings.idempotency_ttl_seconds, notify_others
+    )
+    # Single sends that share a batch share its statements too (see `_store_accepted`).
+    key = (
+        prepared.account_id,
+        prepared.channel_id,
+        prepared.conversation_status,
+        id(prepared.subscriptions),
+        notify_others,
+    )
+    job_id = await gateway.db.write(Mergeable(key, accepted, _store_accepted))
     if isinstance(job_id, AlreadyAnswered):
         raise job_id  # nothing stored, nothing to send (the slot `claim` held runs out with its second)
     if claim is not None:
