@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import orjson
 
-from support import APP_SECRET, MAIN, VERIFY_TOKEN, Gateway, new_number, wait_for
+from support import APP_SECRET, MAIN, VERIFY_TOKEN, Gateway, new_number, wait_for, writes_held
 from wagate.whatsapp.signature import sign
 
 
@@ -84,6 +85,30 @@ def sent_message(gateway: Gateway) -> tuple[str, str, str]:
     message_id = gateway.otp(number).json()["id"]
     message = wait_for(lambda: (m := gateway.message(message_id))["upstream_message_id"] and m, what="wamid")
     return message_id, message["upstream_message_id"], number.removeprefix("+")
+
+
+def test_statuses_posted_together_are_each_stored_and_applied(gateway: Gateway) -> None:
+    """Bodies that come in together are stored in one statement (wagate.db.Mergeable): each is
+    acknowledged, and each is applied."""
+    gateway.sim.configure(auto_statuses=False)
+    try:
+        sent = [sent_message(gateway) for _ in range(6)]
+        now = int(time.time())
+        bodies = [
+            status_webhook(status(wamid, kind, now + offset, to))
+            for _, wamid, to in sent
+            for kind, offset in (("delivered", 1), ("read", 2))
+        ]
+        with ThreadPoolExecutor(len(bodies)) as pool:
+            with writes_held(gateway.database_url):
+                answers = [pool.submit(post_signed, gateway, body) for body in bodies]
+                time.sleep(1.0)  # one store waits on the lock, the others queue behind it
+            assert [answer.result().status_code for answer in answers] == [200] * len(bodies)
+        for message_id, _, _ in sent:
+            message = gateway.wait_status(message_id, "read")
+            assert [h["status"] for h in message["status_history"]] == ["sent", "delivered", "read"]
+    finally:
+        gateway.sim.configure(auto_statuses=True)
 
 
 def test_statuses_move_forward_only_and_once(gateway: Gateway) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import bindparam, delete, or_, select
+from sqlalchemy import bindparam, delete, inspect, or_, select
 from sqlalchemy.orm import Session
 
 from wagate.channels.models import Channel
@@ -85,6 +85,20 @@ class StatusesApplied:
         self.settled += other.settled
 
 
+_messages = table_of(Message)
+# What applying a status may change on a message (`apply_status`, `settle_cost`, `_learn_recipient`,
+# a wamid learned from a status): `_write_statuses` writes these.
+_STATUS_COLUMNS = (
+    "status",
+    "status_history",
+    "external_error",
+    "updated_at",
+    "cost_micros",
+    "cost_category",
+    "user_id",
+    "phone_number",
+    "upstream_message_id",
+)
 # The statements every batch of Meta's webhooks runs, built once with their values bound at execution.
 _MESSAGES_OF_STATUSES = select(Message).where(
     Message.direction == Direction.outbound,
@@ -146,13 +160,35 @@ def apply_status_payloads(
         change = apply_status(message, status, at=update.timestamp, external_error=_external_error(update))
         if change:
             changes.append(change)
+    _write_statuses(session, messages)
     applied = StatusesApplied(changes, settled)
     if settled:
-        session.flush()
         wamids_settled = [by_id[m].upstream_message_id or "" for m in settled]
         applied.add(apply_parked_statuses(session, wamids_settled, prices=prices))
     session.flush()
     return applied
+
+
+_WRITE_STATUS = (
+    _messages.update()
+    .where(_messages.c.id == bindparam("message_id"))
+    .values({column: bindparam(column) for column in _STATUS_COLUMNS})
+)
+
+
+def _write_statuses(session: Session, messages: list[Message]) -> None:
+    """Write what the statuses changed in one statement for all the messages, and take them out of
+    the session. The ORM's flush would group them by which columns changed and diff every one (a
+    third of applying a batch of statuses); a later lookup in this transaction reads them anew."""
+    changed = [
+        {"message_id": message.id} | {column: getattr(message, column) for column in _STATUS_COLUMNS}
+        for message in messages
+        if inspect(message).modified
+    ]
+    if changed:
+        session.connection().execute(_WRITE_STATUS, changed)
+    for message in messages:
+        session.expunge(message)
 
 
 def _learn_recipient(message: Message, update: StatusUpdate) -> None:

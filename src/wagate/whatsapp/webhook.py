@@ -6,6 +6,7 @@ import hmac
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 from fastapi.responses import PlainTextResponse, Response
@@ -15,7 +16,7 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from wagate.config import Settings
-from wagate.db import Database, table_of, utcnow
+from wagate.db import Database, Mergeable, table_of, utcnow
 from wagate.limits import ESCAPED_CONTROL_CHARACTER, without_control_characters
 from wagate.outbox.models import JobKind, OutboxJob, Priority, outbox_row
 from wagate.outbox.notify import notify_outbox
@@ -41,6 +42,33 @@ class ReceiverDeps:
     # The channel of a business phone number id (None: not ours): a body is applied by the process
     # that sends for its channel (see `receive`).
     channel_of: Callable[[str], Awaitable[int | None]]
+
+
+@dataclass(frozen=True)
+class _Stored:
+    body: dict[str, Any]
+    channel_id: int | None
+    notify: bool
+
+
+def _store_bodies(session: Session, bodies: list[_Stored]) -> list[None]:
+    """The bodies that came in together, in one statement (they share a batch: see `Mergeable`)."""
+    now = utcnow()
+    rows = [
+        outbox_row(
+            JobKind.meta_webhook,
+            payload=stored.body,
+            run_at=now,
+            priority=Priority.background,
+            now=now,
+            channel_id=stored.channel_id,
+        )
+        for stored in bodies
+    ]
+    session.connection().execute(_STORE_WEBHOOK, rows)
+    for channel_id in dict.fromkeys(stored.channel_id for stored in bodies if stored.notify):
+        notify_outbox(session, channel_id, webhook=True)
+    return [None] * len(bodies)
 
 
 def _deps(request: Request) -> ReceiverDeps:
@@ -87,22 +115,10 @@ async def receive(request: Request) -> Response:
     numbers = phone_number_ids(body)
     channel_id = await deps.channel_of(numbers.pop()) if len(numbers) == 1 else None
 
-    def store(session: Session) -> None:
-        # Stored before the 200: Meta does not resend what it saw acknowledged.
-        now = utcnow()
-        row = outbox_row(
-            JobKind.meta_webhook,
-            payload=body,
-            run_at=now,
-            priority=Priority.background,
-            now=now,
-            channel_id=channel_id,
-        )
-        session.connection().execute(_STORE_WEBHOOK, row)
-        if not deps.applied_here(channel_id):  # ours applies it; otherwise a worker elsewhere must
-            notify_outbox(session, channel_id, webhook=True)
-
-    await deps.db.write(store)
+    # Stored before the 200: Meta does not resend what it saw acknowledged. Ours applies it; otherwise
+    # a worker elsewhere must be told.
+    stored = _Stored(body, channel_id, notify=not deps.applied_here(channel_id))
+    await deps.db.write(Mergeable(None, stored, _store_bodies))
     deps.wake()
     return Response(status_code=200)
 
