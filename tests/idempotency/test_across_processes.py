@@ -114,7 +114,9 @@ def test_a_retry_storm_over_two_processes_sends_once(
 
     def upstream() -> list[dict[str, Any]] | None:
         digits = {n.lstrip("+") for n in numbers}
-        sent = [m for m in sim_sends(simulator, MAIN["phone_number_id"]) if m["to"].lstrip("+") in digits]
+        sent = [
+            m for m in sim_sends(simulator, MAIN["phone_number_id"]) if (m["to"] or "").lstrip("+") in digits
+        ]
         return sent if len(sent) >= len(numbers) else None
 
     sent = wait_for(upstream, timeout=30, what="every request's message at the simulator")
