@@ -296,7 +296,9 @@ async def accept_send(
     accepted = _Accepted(
         prepared, claim, idem, response, gateway.settings.idempotency_ttl_seconds, notify_others
     )
-    # Single sends that share a batch share its statements too (see `_store_accepted`).
+    # Single sends that share a batch share its statements too (see `_store_accepted`), when they
+    # agree on what `store_sends` takes from the first of them: the account and channel, the
+    # conversation's status, the subscriptions' snapshot and whether other processes are woken.
     key = (
         prepared.account_id,
         prepared.channel_id,
