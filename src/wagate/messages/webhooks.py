@@ -87,7 +87,8 @@ class StatusesApplied:
 
 _messages = table_of(Message)
 # What applying a status may change on a message (`apply_status`, `settle_cost`, `_learn_recipient`,
-# a wamid learned from a status): `_write_statuses` writes these.
+# a wamid learned from a status): `_write_statuses` writes these, and refuses a message on which
+# anything else changed (it would be lost when the message leaves the session).
 _STATUS_COLUMNS = (
     "status",
     "status_history",
@@ -99,6 +100,7 @@ _STATUS_COLUMNS = (
     "phone_number",
     "upstream_message_id",
 )
+_STATUS_COLUMN_SET = frozenset(_STATUS_COLUMNS)
 # The statements every batch of Meta's webhooks runs, built once with their values bound at execution.
 _MESSAGES_OF_STATUSES = select(Message).where(
     Message.direction == Direction.outbound,
@@ -180,11 +182,16 @@ def _write_statuses(session: Session, messages: list[Message]) -> None:
     """Write what the statuses changed in one statement for all the messages, and take them out of
     the session. The ORM's flush would group them by which columns changed and diff every one (a
     third of applying a batch of statuses); a later lookup in this transaction reads them anew."""
-    changed = [
-        {"message_id": message.id} | {column: getattr(message, column) for column in _STATUS_COLUMNS}
-        for message in messages
-        if inspect(message).modified
-    ]
+    changed = []
+    for message in messages:
+        state = inspect(message)
+        if not state.modified:
+            continue
+        if not _STATUS_COLUMN_SET.issuperset(state.committed_state):
+            # A change this statement would not write, and the expunge below would silently drop.
+            unlisted = sorted(set(state.committed_state) - _STATUS_COLUMN_SET)
+            raise RuntimeError(f"applying a status changed {unlisted}: add them to _STATUS_COLUMNS")
+        changed.append({"message_id": message.id} | {c: getattr(message, c) for c in _STATUS_COLUMNS})
     if changed:
         session.connection().execute(_WRITE_STATUS, changed)
     for message in messages:
