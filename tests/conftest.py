@@ -104,3 +104,20 @@ def delivering_gateway(database_url: str, simulator: Simulator) -> Iterator[Gate
     """A gateway that may deliver events to the loopback `receiver` (private URLs allowed)."""
     with running_gateway(database_url, simulator, allow_private_urls=True) as running:
         yield running
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The measured figures a test recorded as ("figures", line) user properties (the scale-out test's
+    latency and rates), printed whether it passed or not: a passing test's own output is not shown."""
+    lines = [
+        f"{report.nodeid.rsplit('::', 1)[-1]}: {value}"
+        for reports in terminalreporter.stats.values()
+        for report in reports
+        if getattr(report, "when", None) == "call"
+        for key, value in getattr(report, "user_properties", ())
+        if key == "figures"
+    ]
+    if lines:
+        terminalreporter.section("figures")
+        for line in lines:
+            terminalreporter.write_line(line)
