@@ -11,7 +11,9 @@ from collections.abc import Callable
 
 import psycopg
 import pytest
-from sqlalchemy import text
+from sqlalchemy import column, text
+from sqlalchemy import insert as sql_insert
+from sqlalchemy import table as sql_table
 from sqlalchemy.orm import Session
 
 from wagate.db import Database
@@ -136,3 +138,36 @@ def test_units_wake_workers_of_other_processes_when_their_rows_commit(table: str
     own = f"{os.getpid()}:"
     assert set(heard) == {own + "7", own + "8"}, heard
     assert values(table)[1] == 3
+
+
+def test_a_long_multi_row_statement_is_converted_once_not_per_batch(table: str) -> None:
+    """psycopg parses a query's placeholders anew unless it is in its cache, which by default takes no
+    query over 4,096 characters or 50 parameters: a group-commit batch's multi-row statements were
+    parsed on every batch (wagate.db `_cache_long_statements`). Private to psycopg, so checked here:
+    an upgrade that renames these fails this test instead of silently costing the CPU again."""
+    from psycopg import _queries
+
+    db = Database(table, pool_size=1)
+    count = 256  # 512 parameters, about 6 KB of SQL
+    counters = sql_table("counters", column("id"), column("value"))
+
+    def insert(first_id: int) -> Callable[[Session], None]:
+        # A multi-row INSERT, as SQLAlchemy writes a batch's rows: the same text for the same count.
+        statement = sql_insert(counters).values([{"id": first_id + n, "value": n} for n in range(count)])
+
+        def unit(session: Session) -> None:
+            session.execute(statement)
+
+        return unit
+
+    async def scenario() -> None:
+        await db.write(insert(1000))  # the first batch of this size: parsed, and kept
+        before = _queries._query2pg.cache_info()
+        await db.write(insert(2000))  # the next: the same text, other values
+        after = _queries._query2pg.cache_info()
+        assert (after.hits - before.hits, after.misses - before.misses) == (1, 0)
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        asyncio.run(db.dispose())

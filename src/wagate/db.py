@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar, cast
 
 import orjson
+from psycopg import _queries
 from sqlalchemy import BigInteger, DateTime, Engine, Integer, MetaData, Table, create_engine, event
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
@@ -61,6 +62,23 @@ UnitOfWork = Callable[[Session], T]
 # Database hands the rest of a committed batch to its commit listeners.
 COMMIT_NOTES = "wagate.commit_notes"
 CommitListener = Callable[[list[Any]], None]
+
+
+def _cache_long_statements() -> None:
+    """Let psycopg cache the conversion of long statements too.
+
+    psycopg turns a query's `%(name)s` placeholders into PostgreSQL's `$n` by parsing its text, and
+    remembers the result (the last 128 queries) only for queries under 4,096 characters and 50
+    parameters. The multi-row statements of a group-commit batch (64 sends: over 700 parameters) were
+    parsed anew every time, a sixth of an accepted send's CPU on PostgreSQL (docs/performance.md,
+    "Where the time goes now"). Batches of the same size repeat the same text, so the cache serves
+    them; these bounds keep the largest (a batch of 256) in it. psycopg has no public setting for
+    this: `tests/test_db_writes.py` fails if these names go away in a new release."""
+    _queries.MAX_CACHED_STATEMENT_LENGTH = max(_queries.MAX_CACHED_STATEMENT_LENGTH, 128 * 1024)
+    _queries.MAX_CACHED_STATEMENT_PARAMS = max(_queries.MAX_CACHED_STATEMENT_PARAMS, 8 * 1024)
+
+
+_cache_long_statements()
 
 
 def _dump_json(value: Any) -> str:
