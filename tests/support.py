@@ -16,8 +16,15 @@ from typing import Any, TypeVar
 import httpx
 import orjson
 import psycopg
+from sqlalchemy.orm import Session
 
+from wagate.accounts.models import Account
+from wagate.channels.models import Channel
+from wagate.config import Settings
 from wagate.db import sqlite_path
+from wagate.events.subscriptions import NO_SUBSCRIPTIONS
+from wagate.messages.repository import store_sends
+from wagate.messages.service import build_send
 from wagate.whatsapp.signature import sign
 
 T = TypeVar("T")
@@ -294,3 +301,39 @@ def writes_held(database_url: str) -> Iterator[None]:
             yield
         finally:
             held.rollback()
+
+
+def store_text_sends(session: Session, company: str, numbers: list[str]) -> list[str]:
+    """A new account with one channel, and a text send to each number stored as the API stores it
+    (message, conversation, outbox row): for tests that drive the write path without HTTP. Returns
+    the message ids in order."""
+    slug = re.sub(r"\W+", "-", company.lower())
+    account = Account(name=company)
+    session.add(account)
+    session.flush()
+    channel = Channel(
+        account_id=account.id,
+        name="Main",
+        phone_number=f"+1555{random.randint(1_000_000, 9_999_999)}",
+        phone_number_id=f"{slug}-1",
+        waba_id=f"{slug}-waba",
+        access_token_encrypted="x",
+    )
+    session.add(channel)
+    session.flush()
+    prepared = [
+        build_send(
+            account_id=account.id,
+            channel_id=channel.id,
+            phone_number=number,
+            text="hello",
+            bound=None,
+            conversation_status=None,
+            status_callback=None,
+            settings=Settings(),
+            subscriptions=NO_SUBSCRIPTIONS,
+        )
+        for number in numbers
+    ]
+    store_sends(session, prepared)
+    return [send.message_id for send in prepared]

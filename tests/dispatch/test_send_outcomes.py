@@ -7,15 +7,10 @@ import asyncio
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from wagate.accounts.models import Account
-from wagate.channels.models import Channel
-from wagate.config import Settings
+from support import store_text_sends
 from wagate.db import Database
 from wagate.dispatch import sends
-from wagate.events.subscriptions import NO_SUBSCRIPTIONS
 from wagate.messages.models import Message
-from wagate.messages.repository import store_sends
-from wagate.messages.service import build_send
 from wagate.migrate import migrate
 from wagate.outbox.models import ClaimedSend, OutboxJob
 from wagate.outbox.retry import SEND_NOT_DELIVERED
@@ -26,35 +21,8 @@ def test_a_send_that_never_reaches_meta_fails_once_its_retries_are_spent(databas
     db = Database(database_url, pool_size=2)
 
     def seed(session: Session) -> tuple[str, str]:
-        account = Account(name="Refused Co")
-        session.add(account)
-        session.flush()
-        channel = Channel(
-            account_id=account.id,
-            name="Main",
-            phone_number="+15550007777",
-            phone_number_id="refused-co-1",
-            waba_id="refused-co-waba",
-            access_token_encrypted="x",
-        )
-        session.add(channel)
-        session.flush()
-        prepared = [
-            build_send(
-                account_id=account.id,
-                channel_id=channel.id,
-                phone_number=number,
-                text="hello",
-                bound=None,
-                conversation_status=None,
-                status_callback=None,
-                settings=Settings(),
-                subscriptions=NO_SUBSCRIPTIONS,
-            )
-            for number in ("+994551110001", "+994551110002")
-        ]
-        store_sends(session, prepared)
-        return prepared[0].message_id, prepared[1].message_id
+        spent, young = store_text_sends(session, "Refused Co", ["+994551110001", "+994551110002"])
+        return spent, young
 
     async def scenario() -> None:
         spent, young = await db.write(seed)

@@ -13,45 +13,16 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from wagate.accounts.models import Account
-from wagate.channels.models import Channel
-from wagate.config import Settings
+from support import store_text_sends
 from wagate.db import Database
-from wagate.events.subscriptions import NO_SUBSCRIPTIONS
 from wagate.messages.models import Message, MessageStatus
-from wagate.messages.repository import store_sends
-from wagate.messages.service import build_send
 from wagate.messages.webhooks import _write_statuses
 from wagate.migrate import migrate
 
 
 def seed(session: Session) -> str:
-    account = Account(name="Statuses Co")
-    session.add(account)
-    session.flush()
-    channel = Channel(
-        account_id=account.id,
-        name="Main",
-        phone_number="+15550008888",
-        phone_number_id="statuses-co-1",
-        waba_id="statuses-co-waba",
-        access_token_encrypted="x",
-    )
-    session.add(channel)
-    session.flush()
-    send = build_send(
-        account_id=account.id,
-        channel_id=channel.id,
-        phone_number="+994551110003",
-        text="hello",
-        bound=None,
-        conversation_status=None,
-        status_callback=None,
-        settings=Settings(),
-        subscriptions=NO_SUBSCRIPTIONS,
-    )
-    store_sends(session, [send])
-    return send.message_id
+    [message_id] = store_text_sends(session, "Statuses Co", ["+994551110003"])
+    return message_id
 
 
 def test_a_status_write_keeps_its_columns_and_refuses_any_other_change(database_url: str) -> None:
