@@ -70,7 +70,7 @@ def _cache_long_statements() -> None:
     psycopg turns a query's `%(name)s` placeholders into PostgreSQL's `$n` by parsing its text, and
     remembers the result (the last 128 queries) only for queries under 4,096 characters and 50
     parameters. The multi-row statements of a group-commit batch (64 sends: over 700 parameters) were
-    parsed anew every time, a sixth of an accepted send's CPU on PostgreSQL (docs/performance.md,
+    parsed anew every time: about a tenth of an accepted send's CPU on PostgreSQL (docs/performance.md,
     "Where the time goes now"). Batches of the same size repeat the same text, so the cache serves
     them; these bounds keep the largest (a batch of 256) in it. psycopg has no public setting for
     this: `tests/test_db_writes.py` fails if these names go away in a new release."""
