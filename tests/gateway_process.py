@@ -208,19 +208,30 @@ class GatewayProcess(ManagedProcess):
 
 
 class WorkerProcess(ManagedProcess):
-    """`wagate worker`: the dispatcher alone. It serves nothing, so "ready" is: still alive after
-    `settle` seconds (its imports done and its dispatcher started)."""
+    """`wagate worker`: the dispatcher alone. Given an `ops_port`, it serves its operator's listener
+    there and is ready when its /readyz answers 200 (imports done, schema current, dispatcher running);
+    without one it serves nothing, so "ready" is: still alive after `settle` seconds."""
 
     def __init__(
-        self, env: dict[str, str], log_dir: Path, *, name: str = "worker", settle: float = 0.5
+        self,
+        env: dict[str, str],
+        log_dir: Path,
+        *,
+        name: str = "worker",
+        settle: float = 0.5,
+        ops_port: int | None = None,
     ) -> None:
         super().__init__(env, log_dir, name=name)
         self.settle = settle
+        self.ops_port = ops_port
 
     def command(self) -> list[str]:
-        return ["worker"]
+        return ["worker"] if self.ops_port is None else ["worker", "--metrics-port", str(self.ops_port)]
 
     def wait_ready(self, proc: subprocess.Popen[bytes], timeout: float) -> None:
+        if self.ops_port is not None:
+            wait_ready(proc, f"http://127.0.0.1:{self.ops_port}/readyz", timeout, self.logs)
+            return
         time.sleep(self.settle)
         if proc.poll() is not None:
             raise AssertionError(f"{proc.args} exited with {proc.returncode}\n{self.logs()}")
