@@ -90,6 +90,8 @@ class ChannelLane:
         self.resumed = False  # a probe went through: the next record clears the channel's pause
         self.unexplained_in_a_row = 0
         self.calls: set[asyncio.Task[None]] = set()
+        # Rows traded for single sends, being given back (see _trade_for_singles).
+        self.giving_back: set[asyncio.Task[None]] = set()
         # Rows claimed ahead of their moment (see _round); given back if the lane stops.
         self.claimed: deque[ClaimedSend] = deque()
         # Every row this lane holds `in_flight`: claimed ahead, under way, or its outcome not yet
@@ -152,6 +154,9 @@ class ChannelLane:
         self.task.cancel()
         await asyncio.gather(self.task, return_exceptions=True)
         await self._give_back_claimed()
+        if self.giving_back:
+            await asyncio.gather(*self.giving_back, return_exceptions=True)
+            await self._give_back_claimed()  # what a failed give-back put back in the queue
         if self.calls:
             await asyncio.wait(self.calls, timeout=self.deps.settings.upstream_timeout_seconds + 1)
         self.lease_keeper.cancel()
@@ -283,40 +288,83 @@ class ChannelLane:
         an OTP does not wait for the queue to drain.
         """
         room = (limit if limit is not None else self._claim_ahead_size()) - len(self.claimed)
-        tail = [] if room > 0 else [c.job_id for c in reversed(self.claimed) if c.priority >= Priority.bulk]
-        limit = room if room > 0 else min(len(tail), self.limiter.slice_rate)
+        if room <= 0:
+            await self._trade_for_singles()
+            return
+        lease = self.deps.lease_seconds
+
+        def claim(session: Session) -> list[ClaimedSend]:
+            return sends.claim_sends(
+                session,
+                channel_id=self.channel_id,
+                limit=room,
+                worker_id=self.deps.worker_id,
+                lease_seconds=lease,
+            )
+
+        # A claim commits beside the batches of outcomes and statuses (Database.write).
+        fresh = await self.deps.db.write(claim, first=True, claim=True)
+        # Short: nothing more is due until a wake-up or the poll interval. Full: more may be, and an
+        # earlier short claim (the idle poll before a batch came) no longer says otherwise.
+        self.drained_at = time.monotonic() if len(fresh) < room else -math.inf
+        self._queue(fresh)
+
+    async def _trade_for_singles(self) -> None:
+        """The lane is full and single sends wait: claim them, and give back as many bulk rows from
+        the end of the queue.
+
+        Only the claim is awaited. Giving the rows back writes rows a lease renewal in a batch may
+        hold, so it queues on the writer behind whatever batch of outcomes or statuses is running, and
+        a round that waited for it sent nothing meanwhile: 0.3-0.8 s without a send, every second or
+        so, on a worker applying the statuses of two busy channels (tests/dispatch/test_scale_out.py).
+        """
+        tail = [c for c in reversed(self.claimed) if c.priority >= Priority.bulk]
+        limit = min(len(tail), self.limiter.slice_rate)
         if limit <= 0:
             return
         lease = self.deps.lease_seconds
 
-        def claim(session: Session) -> tuple[list[ClaimedSend], list[int]]:
-            fresh = sends.claim_sends(
+        def claim(session: Session) -> list[ClaimedSend]:
+            return sends.claim_sends(
                 session,
                 channel_id=self.channel_id,
                 limit=limit,
                 worker_id=self.deps.worker_id,
                 lease_seconds=lease,
-                singles_only=room <= 0,
+                singles_only=True,
             )
-            traded = tail[: len(fresh)] if room <= 0 else []
-            if traded:
-                sends.unclaim(session, traded)
-            return fresh, traded
 
-        # A plain claim commits beside the batches of outcomes and statuses (Database.write); a trade
-        # also gives rows back, which a lease renewal in a batch may hold: it queues with them.
-        fresh, traded = await self.deps.db.write(claim, first=True, claim=room > 0)
-        if room > 0:  # (a trade asks for single sends only)
-            # Short: nothing more is due until a wake-up or the poll interval. Full: more may be, and
-            # an earlier short claim (the idle poll before a batch came) no longer says otherwise.
-            self.drained_at = time.monotonic() if len(fresh) < limit else -math.inf
-        if traded:
-            self.claimed = deque(c for c in self.claimed if c.job_id not in set(traded))
-            self.holding.difference_update(traded)
-            # The rows given back are due again: were the lane left drained, they would wait out a
-            # poll interval (a 1 s gap in a 1000/s batch after an OTP came).
-            self.drained_at = -math.inf
-        # A row is held once: one this lane already holds is never queued a second time.
+        fresh = await self.deps.db.write(claim, first=True, claim=True)
+        if not fresh:
+            return
+        traded = tail[: len(fresh)]
+        given = {c.job_id for c in traded}
+        self.claimed = deque(c for c in self.claimed if c.job_id not in given)
+        # No longer this lane's to send or to keep the lease of; should giving them back fail, they are
+        # this lane's again (`_give_back`).
+        self.holding.difference_update(given)
+        self._queue(fresh)
+        task = asyncio.create_task(self._give_back(traded), name=f"wagate-give-back-{self.channel_id}")
+        self.giving_back.add(task)
+        task.add_done_callback(self.giving_back.discard)
+
+    async def _give_back(self, rows: list[ClaimedSend]) -> None:
+        """Rows traded for single sends: ready again, for this lane or another."""
+        job_ids = [c.job_id for c in rows]
+        try:
+            await self.deps.db.write(lambda session: sends.unclaim(session, job_ids), first=True)
+        except Exception as exc:  # still claimed by this process: they go out with the others
+            log_failure(
+                log, "channel %s could not give back %d traded sends", exc, self.channel_id, len(rows)
+            )
+            self._queue(rows)
+            return
+        # Due again: were the lane left drained, they would wait out a poll interval (a 1 s gap in a
+        # 1000/s batch after an OTP came).
+        self.drained_at = -math.inf
+
+    def _queue(self, fresh: Sequence[ClaimedSend]) -> None:
+        """Claimed rows join the queue, best priority first; a row is held once, never queued twice."""
         fresh = [c for c in fresh if c.job_id not in self.holding]
         if fresh:
             self.holding.update(c.job_id for c in fresh)
