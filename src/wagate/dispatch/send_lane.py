@@ -291,19 +291,7 @@ class ChannelLane:
         if room <= 0:
             await self._trade_for_singles()
             return
-        lease = self.deps.lease_seconds
-
-        def claim(session: Session) -> list[ClaimedSend]:
-            return sends.claim_sends(
-                session,
-                channel_id=self.channel_id,
-                limit=room,
-                worker_id=self.deps.worker_id,
-                lease_seconds=lease,
-            )
-
-        # A claim commits beside the batches of outcomes and statuses (Database.write).
-        fresh = await self.deps.db.write(claim, first=True, claim=True)
+        fresh = await self._claim(room)
         # Short: nothing more is due until a wake-up or the poll interval. Full: more may be, and an
         # earlier short claim (the idle poll before a batch came) no longer says otherwise.
         self.drained_at = time.monotonic() if len(fresh) < room else -math.inf
@@ -322,19 +310,7 @@ class ChannelLane:
         limit = min(len(tail), self.limiter.slice_rate)
         if limit <= 0:
             return
-        lease = self.deps.lease_seconds
-
-        def claim(session: Session) -> list[ClaimedSend]:
-            return sends.claim_sends(
-                session,
-                channel_id=self.channel_id,
-                limit=limit,
-                worker_id=self.deps.worker_id,
-                lease_seconds=lease,
-                singles_only=True,
-            )
-
-        fresh = await self.deps.db.write(claim, first=True, claim=True)
+        fresh = await self._claim(limit, singles_only=True)
         if not fresh:
             return
         traded = tail[: len(fresh)]
@@ -347,6 +323,24 @@ class ChannelLane:
         task = asyncio.create_task(self._give_back(traded), name=f"wagate-give-back-{self.channel_id}")
         self.giving_back.add(task)
         task.add_done_callback(self.giving_back.discard)
+
+    async def _claim(self, limit: int, *, singles_only: bool = False) -> list[ClaimedSend]:
+        """Up to `limit` due sends of the channel, best priority first. A claim commits beside the
+        batches of outcomes and statuses (`Database.write(claim=True)`): it waits on no row lock."""
+        lease = self.deps.lease_seconds
+
+        def claim(session: Session) -> list[ClaimedSend]:
+            return sends.claim_sends(
+                session,
+                channel_id=self.channel_id,
+                limit=limit,
+                worker_id=self.deps.worker_id,
+                lease_seconds=lease,
+                singles_only=singles_only,
+            )
+
+        fresh: list[ClaimedSend] = await self.deps.db.write(claim, first=True, claim=True)
+        return fresh
 
     async def _give_back(self, rows: list[ClaimedSend]) -> None:
         """Rows traded for single sends: ready again, for this lane or another."""
