@@ -29,10 +29,10 @@ Then:
   the channel's sends around the kill);
 - no process's write was rolled back for a deadlock (each stalls its process's writes for a second);
 - after the takeover, while the channel has a backlog (until its batch's last recipient), it sends at
-  >= 95 % of its rate; and the wake-up p99 is under 50 ms. These two are judged only when the machine
-  had CPU to spare (see SATURATED); short of it they are printed and warned about. With CPU to spare
-  a target not met (the wake-up p99, on a 2-core machine: issue 15 point 1) ends the test XFAIL
-  with the figures, after every other check has passed.
+  >= 95 % of its rate; and the wake-up p99 is under 50 ms. These two are judged unless other work on
+  the machine took its CPU meanwhile (see BUSY_ELSEWHERE: the cluster's own CPU excuses nothing);
+  then they are printed and warned about. A target not met ends the test XFAIL with the figures,
+  after every other check has passed.
 
 The figures printed: latency p50/p99, each channel's most in any window, the pause at the takeover, the
 rate after it, the CPU each process used during the wake-ups and during the load (and the rest of the
@@ -94,10 +94,12 @@ KILL_AFTER = 5.0  # seconds into the load
 TAKEOVER_LIMIT = 5.0
 STEADY_SHARE = 0.95
 SIMULATOR_NICE = -10
-# The rate kept after the takeover and the wake-up latency are judged only when the machine had CPU to
-# spare (busy below this share of its cores): short of CPU, nothing can keep them, and the figure says
-# so about the machine, not the gateway. Exactly once and never above the rate are judged always.
-SATURATED = 0.9
+# The rate kept after the takeover and the wake-up latency are judged unless other work on the machine
+# (not the cluster, its PostgreSQL backends, the simulator or this test) took more than this share of
+# its cores meanwhile: what the cluster itself uses is the gateway's cost and excuses nothing, but a
+# shared machine's other load says nothing about the gateway. Exactly once and never above the rate
+# are judged always.
+BUSY_ELSEWHERE = 0.125
 OTP = {"name": "otp_code", "language": "en", "parameters": ["123456"]}
 HEADERS = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 
@@ -316,26 +318,35 @@ def machine_busy_seconds() -> float:
 
 class ConnectionCount:
     """The most connections the cluster holds open to its database, sampled twice a second, and
-    the server processes behind them (their CPU is the cluster's too)."""
+    the server processes behind them and PostgreSQL's own (the WAL writer, the checkpointer,
+    autovacuum: they work for the cluster's writes). Their CPU is the cluster's too."""
 
     def __init__(self, database_url: str) -> None:
         self.most = 0
         self.backends: set[int] = set()  # the server processes that served the cluster
-        self.name = database_url.rsplit("/", 1)[-1]
         self.url = database_url
         self.stopped = threading.Event()
-        self.thread = threading.Thread(target=self._sample, daemon=True)
+        # Known before any CPU account starts: a process first seen later counts from zero, so a
+        # background process running since PostgreSQL started would count its whole life.
+        self._sample()
+        self.thread = threading.Thread(target=self._sample_until_stopped, daemon=True)
         self.thread.start()
 
     def _sample(self) -> None:
-        sql = f"SELECT pid FROM pg_stat_activity WHERE datname = '{self.name}'"  # noqa: S608
+        rows = query(
+            self.url,
+            "SELECT pid, datname IS NOT DISTINCT FROM current_database() FROM pg_stat_activity"
+            " WHERE datname = current_database() OR backend_type <> 'client backend'",
+        )
+        self.most = max(self.most, sum(1 for _, ours in rows if ours) - 1)  # not this one
+        self.backends |= {int(pid) for pid, _ in rows}
+
+    def _sample_until_stopped(self) -> None:
         while not self.stopped.wait(0.5):
             try:
-                pids = {int(row[0]) for row in query(self.url, sql)}
+                self._sample()
             except psycopg.Error:  # the database is being dropped
                 return
-            self.most = max(self.most, len(pids) - 1)  # not this one
-            self.backends |= pids
 
     def stop(self) -> None:
         self.stopped.set()
@@ -365,8 +376,9 @@ class CpuAccount:
         """What `name` used until now (before it is killed, or at the end)."""
         self.used[name] = cpu_seconds(pid) - self.base.get(name, 0.0)
 
-    def report(self, backends: set[int], phase: str = "the load") -> tuple[str, float]:
-        """The figures, and how many cores the machine was busy on average."""
+    def report(self, backends: set[int], phase: str = "the load") -> tuple[str, float, float]:
+        """The figures, how many cores the machine was busy on average, and how many of them other
+        work than the cluster's and this test's."""
         database = sum(max(0.0, self._cpu(pid) - self.base.get(f"pg{pid}", 0.0)) for pid in backends)
         test = time.process_time() - self.own
         seconds = time.monotonic() - self.began
@@ -378,7 +390,7 @@ class CpuAccount:
             f" test {test:.1f}; the machine busy {busy:.1f} ({busy / seconds:.2f} of {os.cpu_count()}"
             f" cores), others {busy - ours:.1f} ({(busy - ours) / seconds:.2f} cores)"
         )
-        return text, busy / seconds
+        return text, busy / seconds, (busy - ours) / seconds
 
 
 def simulator_pid(simulator: Simulator) -> int | None:
@@ -485,7 +497,7 @@ def wake_up_phase(
     probe.singles(["Probe"] * (PROBE_RATE * PROBE_SECONDS), PROBE_RATE, 6).join(timeout=60)
     for name, pid in processes.items():
         cpu.take(name, pid)
-    figures, busy_cores = cpu.report(backends, "the wake-up phase")
+    figures, busy_cores, elsewhere = cpu.report(backends, "the wake-up phase")
     print(figures)
     assert len(probe.answers) == PROBE_RATE * PROBE_SECONDS, probe.refused[:3]
     numbers = {a.number.lstrip("+") for a in probe.answers}
@@ -508,6 +520,7 @@ def wake_up_phase(
         "write_p99": percentile(after_write, 0.99),
         "request_p99": percentile([a.answered - a.written for a in probe.answers], 0.99),
         "busy_cores": busy_cores,
+        "elsewhere": elsewhere,
     }
 
 
@@ -543,7 +556,8 @@ def run(scale_out: tuple[Cluster, Simulator, Any], headlines: list[str]) -> None
         f" {latency['max'] * 1000:.1f} ms; after the request was written p50"
         f" {latency['write_p50'] * 1000:.1f} ms, p99 {latency['write_p99'] * 1000:.1f} ms"
         f" (the request itself p99 {latency['request_p99'] * 1000:.1f} ms); the machine busy"
-        f" {latency['busy_cores']:.2f} of {os.cpu_count()} cores"
+        f" {latency['busy_cores']:.2f} of {os.cpu_count()} cores, other work on"
+        f" {latency['elsewhere']:.2f}"
     )
     print(headlines[-1])
 
@@ -578,7 +592,7 @@ def run(scale_out: tuple[Cluster, Simulator, Any], headlines: list[str]) -> None
         if process.pid() is not None:
             cpu.take(process.name, process.pid())
     cpu.take("simulator", simulator_pid(simulator))
-    figures, load_cores = cpu.report(connections.backends)
+    figures, load_cores, load_elsewhere = cpu.report(connections.backends)
     print(figures)
     stats = query(
         database_url,
@@ -608,7 +622,8 @@ def run(scale_out: tuple[Cluster, Simulator, Any], headlines: list[str]) -> None
             f" longest pause around the kill {gap:.2f} s;"
             f" after it {achieved:.1f}/s ({achieved / rate:.1%}) over {steady_seconds:.1f} s"
             f" ({steady_count} sends); all sent {max(times) - began:.1f} s after the load began;"
-            f" the machine busy {load_cores:.2f} of {os.cpu_count()} cores"
+            f" the machine busy {load_cores:.2f} of {os.cpu_count()} cores, other work on"
+            f" {load_elsewhere:.2f}"
         )
         print(headlines[-1])
         checks.append((name, batch, entries, most, gap, achieved, steady_seconds))
@@ -651,29 +666,30 @@ def run(scale_out: tuple[Cluster, Simulator, Any], headlines: list[str]) -> None
         judge(
             achieved >= STEADY_SHARE * rate,
             f"{name}: {achieved:.1f}/s after the takeover, allowed {rate}",
-            load_cores,
+            load_elsewhere,
             unmet,
         )
     judge(
         latency["p99"] < PROBE_P99_LIMIT,
         f"wake-up p99 {latency['p99'] * 1000:.1f} ms",
-        latency["busy_cores"],
+        latency["elsewhere"],
         unmet,
     )
     if unmet:
         # Known and open (issue 15 point 1; docs/reliability.md, "Scale-out"): reported as XFAIL, not
         # hidden, once everything above (exactly once, the rate ceiling, the takeover) has held.
-        pytest.xfail("short of the targets with CPU to spare: " + "; ".join(unmet))
+        pytest.xfail("short of the targets: " + "; ".join(unmet))
 
 
-def judge(kept: bool, shortfall: str, busy_cores: float, unmet: list[str]) -> None:
-    """Note `shortfall` in `unmet` if the machine had CPU to spare (see SATURATED); else only say so."""
+def judge(kept: bool, shortfall: str, elsewhere: float, unmet: list[str]) -> None:
+    """Note `shortfall` in `unmet` unless other work took the machine's CPU meanwhile (`elsewhere`
+    cores on average, see BUSY_ELSEWHERE); then only say so."""
     cores = os.cpu_count() or 1
-    if busy_cores < SATURATED * cores:
+    if elsewhere < BUSY_ELSEWHERE * cores:
         if not kept:
-            unmet.append(f"{shortfall} ({busy_cores:.2f} of {cores} cores busy)")
+            unmet.append(f"{shortfall} (other work on {elsewhere:.2f} of {cores} cores)")
     elif not kept:
         warnings.warn(
-            f"not judged, the machine was short of CPU ({busy_cores:.2f} of {cores} cores busy): {shortfall}",
+            f"not judged, other work took {elsewhere:.2f} of the {cores} cores: {shortfall}",
             stacklevel=2,
         )
