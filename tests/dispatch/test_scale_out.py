@@ -31,8 +31,7 @@ Then:
 - after the takeover, while the channel has a backlog (until its batch's last recipient), it sends at
   >= 95 % of its rate; and the wake-up p99 is under 50 ms. These two are judged unless other work on
   the machine took its CPU meanwhile (see BUSY_ELSEWHERE: the cluster's own CPU excuses nothing);
-  then they are printed and warned about. A target not met ends the test XFAIL with the figures,
-  after every other check has passed.
+  then they are printed and warned about.
 
 The figures printed: latency p50/p99, each channel's most in any window, the pause at the takeover, the
 rate after it, the CPU each process used during the wake-ups and during the load (and the rest of the
@@ -531,8 +530,6 @@ def test_two_api_processes_and_three_workers_send_each_message_once_at_the_rate(
     headlines: list[str] = []
     try:
         run(scale_out, headlines)
-    except pytest.xfail.Exception:
-        raise
     except BaseException:
         print(f"{cluster.logs()}\nnow: {diagnostics(provisioned.database_url)}")
         raise
@@ -675,10 +672,7 @@ def run(scale_out: tuple[Cluster, Simulator, Any], headlines: list[str]) -> None
         latency["elsewhere"],
         unmet,
     )
-    if unmet:
-        # Known and open (issue 15 point 1; docs/reliability.md, "Scale-out"): reported as XFAIL, not
-        # hidden, once everything above (exactly once, the rate ceiling, the takeover) has held.
-        pytest.xfail("short of the targets: " + "; ".join(unmet))
+    assert not unmet, "short of the targets: " + "; ".join(unmet)
 
 
 def judge(kept: bool, shortfall: str, elsewhere: float, unmet: list[str]) -> None:
