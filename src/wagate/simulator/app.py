@@ -13,6 +13,7 @@ and template listings of one WABA see the same templates.
 from __future__ import annotations
 
 import argparse
+import gc
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
@@ -67,9 +68,11 @@ def run_simulator(
     import uvicorn
 
     config = SimulatorConfig(webhook_url=webhook_url, app_secret=app_secret, read_enabled=read_enabled)
-    uvicorn.run(
-        create_simulator_app(config), host=host, port=port, log_level=log_level, timeout_keep_alive=30
-    )
+    app = create_simulator_app(config)
+    # As in `wagate serve` and `wagate worker`: what exists now lives as long as the process, so keep
+    # it out of the collector's full passes, which stall the loop and with it the receipt stamps.
+    gc.freeze()
+    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_keep_alive=30)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

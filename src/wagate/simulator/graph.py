@@ -90,8 +90,9 @@ def build_graph_router(state: SimulatorState, sender: WebhookSender) -> APIRoute
     async def send_message(version: str, phone_number_id: str, request: Request) -> Response:
         try:
             check_bearer(request.headers.get("authorization"), state.config.access_tokens)
+            raw_body = await request.body()
             try:
-                body = orjson.loads(await request.body())
+                body = orjson.loads(raw_body)
             except orjson.JSONDecodeError:
                 raise GraphError(400, 100, "Invalid parameter", "Request body is not valid JSON.") from None
             keys = _recipient_keys(body)
@@ -139,7 +140,7 @@ def build_graph_router(state: SimulatorState, sender: WebhookSender) -> APIRoute
                 recipient=valid.recipient,
                 user_id=customer.user_id,
                 type=valid.type,
-                body=body,
+                body_json=raw_body,
                 biz_opaque_callback_data=valid.biz_opaque_callback_data,
                 wamid=wamid,
                 template_name=template.get("name") if template else None,
