@@ -16,7 +16,7 @@ commits. Units are synchronous so that the database decides how to run them chea
 - On PostgreSQL a *large* unit (a bulk batch of up to 1000 messages, about 0.2 s) commits on a second
   connection and thread of its own, so the small ones (single sends, the dispatcher's claims and
   results) do not wait behind it. Should the two deadlock, the server rolls one back and it is run
-  again (`run_retrying`). On SQLite there is one writer, so a large unit queues like any other.
+  again (`WriterSession.run`). On SQLite there is one writer, so a large unit queues like any other.
 - Likewise on PostgreSQL a *claim* (the dispatcher taking due rows with `FOR UPDATE SKIP LOCKED`,
   which waits on no row lock and writes nothing the batches write) commits on a third connection of
   its own: a send's claim then never waits behind a batch of Meta's statuses being applied (a
@@ -42,7 +42,17 @@ from typing import Any, Generic, TypeVar, cast
 
 import orjson
 from psycopg import _queries
-from sqlalchemy import BigInteger, DateTime, Engine, Integer, MetaData, Table, create_engine, event
+from sqlalchemy import (
+    BigInteger,
+    Connection,
+    DateTime,
+    Engine,
+    Integer,
+    MetaData,
+    Table,
+    create_engine,
+    event,
+)
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
@@ -286,24 +296,76 @@ def run_units(session: Session, units: list[UnitOfWork[Any]]) -> list[tuple[bool
     return results
 
 
-def run_retrying(
-    engine: Engine, units: list[UnitOfWork[Any]], notes: list[Any] | None = None
-) -> list[tuple[bool, Any]]:
-    """`run_units` in a session of its own, again when PostgreSQL rolled it all back to break a
-    deadlock (with the large units' connection) or a serialization conflict: nothing was stored.
-    `notes`: receives the committed units' notes (`COMMIT_NOTES`)."""
-    for attempt in range(1, RETRY_ATTEMPTS + 1):
-        try:
-            with Session(engine, expire_on_commit=False) as session:
+class WriterSession:
+    """The session of one writer thread, kept from batch to batch on one connection.
+
+    A batch of one unit (a single send at a low rate, the dispatcher's result of one call) used to
+    open a Session, check a connection out of the pool, and give both back: a tenth of the writer's
+    CPU for such a batch (docs/performance.md, "A message alone"). Kept, the session only begins and
+    commits. It holds no objects between batches (`expunge_all`), and a batch whose
+    connection broke (or whose rollback failed) leaves it for a new one at the next batch. Only its
+    thread may use it.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._session: Session | None = None
+
+    def _open(self) -> Session:
+        if self._session is None:
+            self._session = Session(self.engine.connect(), expire_on_commit=False)
+        return self._session
+
+    def close(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            connection = session.bind
+            try:
+                session.close()
+            finally:
+                if isinstance(connection, Connection):
+                    connection.close()
+
+    def _after_failure(self, session: Session, exc: BaseException) -> None:
+        """Keep the session for the next batch only when its connection is sound and not in a
+        transaction (run_units rolled back what failed)."""
+        broken = isinstance(exc, DBAPIError) and exc.connection_invalidated
+        if not broken:
+            try:
+                session.rollback()
+                session.info.clear()
+                session.expunge_all()
+                return
+            except Exception:
+                log.debug("the writer's session could not roll back; a new one follows", exc_info=True)
+        self.close()
+
+    def run(self, units: list[UnitOfWork[Any]], notes: list[Any] | None = None) -> list[tuple[bool, Any]]:
+        """`run_units`, again when PostgreSQL rolled it all back to break a deadlock (with the large
+        units' connection) or a serialization conflict: nothing was stored. `notes`: receives the
+        committed units' notes (`COMMIT_NOTES`)."""
+        for attempt in range(1, RETRY_ATTEMPTS + 1):
+            session = self._open()
+            try:
                 results = run_units(session, units)
-                if notes is not None and (committed := session.info.get(COMMIT_NOTES)):
-                    notes += committed
-                return results
-        except DBAPIError as exc:
-            if attempt == RETRY_ATTEMPTS or getattr(exc.orig, "sqlstate", None) not in RETRYABLE_SQLSTATES:
+            except DBAPIError as exc:
+                self._after_failure(session, exc)
+                if (
+                    attempt == RETRY_ATTEMPTS
+                    or getattr(exc.orig, "sqlstate", None) not in RETRYABLE_SQLSTATES
+                ):
+                    raise
+                log.warning("a write was rolled back by the server (%s); running it again", exc.orig)
+                continue
+            except BaseException as exc:
+                self._after_failure(session, exc)
                 raise
-            log.warning("a write was rolled back by the server (%s); running it again", exc.orig)
-    raise AssertionError("unreachable")
+            committed = session.info.pop(COMMIT_NOTES, None)
+            if notes is not None and committed:
+                notes += committed
+            session.expunge_all()
+            return results
+        raise AssertionError("unreachable")
 
 
 @dataclass
@@ -398,6 +460,10 @@ class Database:
             self._large_committer = _GroupCommitter(self._run_large_unit, max_batch=1)
             self._claim_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wagate-db-claims")
             self._claim_committer = _GroupCommitter(self._run_claims)
+        # Each writer thread's session (see WriterSession), used on that thread only.
+        self._writer_session = WriterSession(self.write_engine)
+        self._large_session = WriterSession(self.write_engine)
+        self._claim_session = WriterSession(self.write_engine)
         self._last_checkpoint = time.monotonic()
         self._checkpoint_task: asyncio.Task[None] | None = None
         self._commit_listeners: list[CommitListener] = []
@@ -417,7 +483,7 @@ class Database:
     async def _run_batch(self, units: list[UnitOfWork[Any]]) -> list[tuple[bool, Any]]:
         notes: list[Any] = []
         results = await asyncio.get_running_loop().run_in_executor(
-            self._writer_thread, lambda: run_retrying(self.write_engine, units, notes)
+            self._writer_thread, lambda: self._writer_session.run(units, notes)
         )
         if notes:
             self._committed(notes)
@@ -430,7 +496,7 @@ class Database:
         assert self._large_thread is not None
         notes: list[Any] = []
         results = await asyncio.get_running_loop().run_in_executor(
-            self._large_thread, lambda: run_retrying(self.write_engine, units, notes)
+            self._large_thread, lambda: self._large_session.run(units, notes)
         )
         if notes:
             self._committed(notes)
@@ -439,7 +505,7 @@ class Database:
     async def _run_claims(self, units: list[UnitOfWork[Any]]) -> list[tuple[bool, Any]]:
         assert self._claim_thread is not None
         return await asyncio.get_running_loop().run_in_executor(
-            self._claim_thread, lambda: run_retrying(self.write_engine, units)
+            self._claim_thread, lambda: self._claim_session.run(units)
         )
 
     async def checkpoint(self) -> None:
@@ -477,14 +543,18 @@ class Database:
 
     async def dispose(self) -> None:
         self._committer.close()
+        # Each thread closes its own session, after the batch it may be running.
         if self._large_committer is not None and self._large_thread is not None:
             self._large_committer.close()
+            self._large_thread.submit(self._large_session.close)
             self._large_thread.shutdown(wait=True)
         if self._claim_committer is not None and self._claim_thread is not None:
             self._claim_committer.close()
+            self._claim_thread.submit(self._claim_session.close)
             self._claim_thread.shutdown(wait=True)
         if self._checkpoint_task is not None:
             await asyncio.gather(self._checkpoint_task, return_exceptions=True)
+        self._writer_thread.submit(self._writer_session.close)
         self._writer_thread.shutdown(wait=True)
         await self.engine.dispose()
         self.write_engine.dispose()
