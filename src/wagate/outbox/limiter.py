@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import bisect
-import contextlib
 import math
 import time
-from collections import deque
 
 
 class SlidingWindowLimiter:
@@ -34,6 +32,9 @@ class SlidingWindowLimiter:
     so the previous owner's last second of sends, unknown here, is out of Meta's window first.
     """
 
+    # The log is a list kept in time order: a send's stamp is found by bisection, where a deque's
+    # `remove` compared it with every older stamp (up to `rate` of them, twice per send: 4 % of the
+    # CPU of a send at 1000/s; docs/performance.md, "A message alone").
     SLICES = 20
     BURST_SLICES = 5
     PACE = 1.01
@@ -43,7 +44,7 @@ class SlidingWindowLimiter:
     def __init__(self, rate: int, *, window: float = 1.0, receipt_margin: float | None = None) -> None:
         self.window = window
         self.receipt_margin = receipt_margin
-        self._sent: deque[float] = deque()
+        self._sent: list[float] = []
         self.set_rate(rate)
         self._tokens = float(self.slice_rate)
         self._filled_at: float | None = None
@@ -55,8 +56,8 @@ class SlidingWindowLimiter:
         self.burst = self.BURST_SLICES * self.slice_rate
 
     def _update(self, now: float) -> None:
-        while self._sent and self._sent[0] <= now - self.window:
-            self._sent.popleft()
+        if self._sent and self._sent[0] <= now - self.window:
+            del self._sent[: bisect.bisect_right(self._sent, now - self.window)]
         if self._filled_at is None or now > self._filled_at:
             if self._filled_at is not None:
                 accrued = (now - self._filled_at) * self.rate / self.PACE
@@ -102,8 +103,7 @@ class SlidingWindowLimiter:
         """A send logged at `stamp` was answered now; `written`: when its request was written (None:
         it never was, and the decision stays its moment)."""
         now = time.monotonic() if now is None else now
-        with contextlib.suppress(ValueError):  # not there: already out of the window
-            self._sent.remove(stamp)
+        self._forget(stamp)  # not there: already out of the window
         if written is None:  # nothing reached Meta
             received_by = stamp
         elif self.receipt_margin is None:
@@ -112,6 +112,12 @@ class SlidingWindowLimiter:
             received_by = min(now, written + self.receipt_margin)
         if received_by > now - self.window:
             bisect.insort(self._sent, received_by)  # later sends may be logged before it: keep the order
+
+    def _forget(self, stamp: float) -> None:
+        """Take one send logged at `stamp` out of the log, if it is still there."""
+        index = bisect.bisect_left(self._sent, stamp)
+        if index < len(self._sent) and self._sent[index] == stamp:
+            del self._sent[index]
 
     def reserve(self) -> float | None:
         """Hold a slot for a single send while it is being stored: its stamp, or None when the
@@ -125,7 +131,6 @@ class SlidingWindowLimiter:
         """The held slot's send starts now, and counts from now; returns its stamp (for `restamp`)."""
         now = time.monotonic()
         self._update(now)
-        with contextlib.suppress(ValueError):  # not there: the hold is already out of the window
-            self._sent.remove(hold)
-        self._sent.append(now)
+        self._forget(hold)  # not there: the hold is already out of the window
+        self._sent.append(now)  # the latest stamp: the log stays in order
         return now
