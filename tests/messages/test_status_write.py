@@ -1,7 +1,9 @@
 """The statuses' one-statement write (messages/webhooks.py `_write_statuses`) on a real database.
 
-It writes only the columns applying a status may change and then takes the messages out of the
-session, so a change to any other column would be lost without a word: it must refuse instead.
+Applying statuses reads messages as plain records (`MessageRecord`), not ORM objects, and writes
+only the columns applying a status may change, so a change to any other column would be lost
+without a word: it must refuse instead. A record must also render the same message object (what
+every status event carries) as the ORM's message.
 """
 
 from __future__ import annotations
@@ -14,10 +16,24 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from support import store_text_sends
-from wagate.db import Database
-from wagate.messages.models import Message, MessageStatus
+from wagate.db import Database, table_of
+from wagate.messages.models import MESSAGE_COLUMNS, Message, MessageRecord, MessageStatus
+from wagate.messages.schemas import message_view
 from wagate.messages.webhooks import _write_statuses
 from wagate.migrate import migrate
+
+_messages = table_of(Message)
+
+
+def load_record(session: Session, message_id: str) -> MessageRecord:
+    columns = [_messages.c[name] for name in MESSAGE_COLUMNS]
+    return MessageRecord(
+        session.connection().execute(select(*columns).where(_messages.c.id == message_id)).one()
+    )
+
+
+def test_a_record_has_every_column_of_a_message() -> None:
+    assert set(MESSAGE_COLUMNS) == {column.name for column in _messages.columns}
 
 
 def seed(session: Session) -> str:
@@ -31,7 +47,7 @@ def test_a_status_write_keeps_its_columns_and_refuses_any_other_change(database_
 
     def deliver(message_id: str, *, also_text: bool) -> Callable[[Session], None]:
         def unit(session: Session) -> None:
-            message = session.get_one(Message, message_id)
+            message = load_record(session, message_id)
             message.status = MessageStatus.delivered
             message.user_id = "AZ.1"
             if also_text:
@@ -54,6 +70,36 @@ def test_a_status_write_keeps_its_columns_and_refuses_any_other_change(database_
             written = await session.scalar(select(Message).where(Message.id == message_id))
         assert written is not None and written.status == MessageStatus.delivered
         assert written.user_id == "AZ.1" and written.text == "hello"
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        asyncio.run(db.dispose())
+
+
+def test_a_record_renders_the_message_object_as_the_orm_does(database_url: str) -> None:
+    migrate(database_url)
+    db = Database(database_url, pool_size=2)
+
+    def views(message_id: str) -> Callable[[Session], tuple[dict, dict]]:
+        def unit(session: Session) -> tuple[dict, dict]:
+            record = load_record(session, message_id)
+            orm = session.get_one(Message, message_id)
+            return message_view(record, conversation_status="open"), message_view(
+                orm, conversation_status="open"
+            )
+
+        return unit
+
+    def seed_another(session: Session) -> str:
+        [message_id] = store_text_sends(session, "Records Co", ["+994551110004"])
+        return message_id
+
+    async def scenario() -> None:
+        message_id = await db.write(seed_another)
+        from_record, from_orm = await db.write(views(message_id))
+        assert from_record == from_orm
+        assert from_record["id"] == message_id and from_record["status"] == "sent"
 
     try:
         asyncio.run(scenario())

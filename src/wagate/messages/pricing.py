@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from decimal import Decimal
 
-from wagate.messages.models import Message
+from wagate.messages.models import Message, MessageRecord
 from wagate.whatsapp.payloads import StatusUpdate
 
 Prices = Mapping[str, Decimal]
@@ -25,7 +25,7 @@ def price_micros(prices: Prices, category: str | None) -> int:
     return int(prices.get(category.upper(), Decimal(0)) * 1_000_000)
 
 
-def settle_cost(message: Message, update: StatusUpdate, prices: Prices | None) -> None:
+def settle_cost(message: Message | MessageRecord, update: StatusUpdate, prices: Prices | None) -> None:
     """Apply the status's `pricing` to the message's cost (nothing when it has none)."""
     if update.billable is False:
         message.cost_micros = 0

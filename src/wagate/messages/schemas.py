@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_
 from wagate.conversations.models import USER_ID_LENGTH
 from wagate.db import isoformat
 from wagate.limits import BodyId, RequestBody
-from wagate.messages.models import Message
+from wagate.messages.models import Message, MessageRecord
 
 ParameterValue = str | int | float
 # A country code, a dot, alphanumerics; enterprise ids have ENT between (API.md section 13).
@@ -96,7 +96,7 @@ def format_amount(micros: int) -> str:
     return format((Decimal(micros) / Decimal(1_000_000)).normalize(), "f")
 
 
-def message_view(message: Message, *, conversation_status: str) -> dict[str, Any]:
+def message_view(message: Message | MessageRecord, *, conversation_status: str) -> dict[str, Any]:
     """The message object of API.md section 5 (also the payload of every event about it)."""
     failed = message.status == "failed"
     view: dict[str, Any] = {

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from wagate.db import isoformat, utcnow
-from wagate.messages.models import EXTERNAL_ERROR_LENGTH, Message, MessageStatus
+from wagate.messages.models import EXTERNAL_ERROR_LENGTH, Message, MessageRecord, MessageStatus
 from wagate.messages.schemas import message_view
 
 _RANK = {MessageStatus.sent: 1, MessageStatus.delivered: 2, MessageStatus.read: 3}
@@ -36,7 +36,11 @@ def can_move(current: MessageStatus, new: MessageStatus) -> bool:
 
 
 def apply_status(
-    message: Message, new: MessageStatus, *, at: datetime | None = None, external_error: str | None = None
+    message: Message | MessageRecord,
+    new: MessageStatus,
+    *,
+    at: datetime | None = None,
+    external_error: str | None = None,
 ) -> StatusChange | None:
     """Move the message forward to `new`; None when the status is old news (duplicate or out of order)."""
     if not can_move(message.status, new):

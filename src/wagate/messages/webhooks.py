@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import bindparam, delete, inspect, or_, select
+from sqlalchemy import bindparam, delete, or_, select
 from sqlalchemy.orm import Session
 
 from wagate.channels.models import Channel
@@ -20,7 +20,14 @@ from wagate.events.subscriptions import Subscriptions
 from wagate.ids import new_id
 from wagate.live import LiveChange, LiveKind, record_live
 from wagate.messages.events import publish_messages_created, publish_status_changes
-from wagate.messages.models import Direction, Message, MessageStatus, ParkedStatus
+from wagate.messages.models import (
+    MESSAGE_COLUMNS,
+    Direction,
+    Message,
+    MessageRecord,
+    MessageStatus,
+    ParkedStatus,
+)
 from wagate.messages.pricing import Prices, settle_cost
 from wagate.messages.status import StatusChange, apply_status
 from wagate.outbox.dead_letters import bury
@@ -57,8 +64,11 @@ def _external_error(update: StatusUpdate) -> str | None:
 
 
 def _match(
-    update: StatusUpdate, channel_id: int | None, by_wamid: dict[str, Message], by_id: dict[str, Message]
-) -> Message | None:
+    update: StatusUpdate,
+    channel_id: int | None,
+    by_wamid: dict[str, MessageRecord],
+    by_id: dict[str, MessageRecord],
+) -> MessageRecord | None:
     """The message a status is about, among the messages of the channel it came for: by Meta's id, or
     by ours (biz_opaque_callback_data) while the message's wamid is unknown (its send's reply was lost).
     A status parked before parked statuses kept their channel (`channel_id` None) goes by Meta's id alone."""
@@ -102,7 +112,7 @@ _STATUS_COLUMNS = (
 )
 _STATUS_COLUMN_SET = frozenset(_STATUS_COLUMNS)
 # The statements every batch of Meta's webhooks runs, built once with their values bound at execution.
-_MESSAGES_OF_STATUSES = select(Message).where(
+_MESSAGES_OF_STATUSES = select(*(_messages.c[name] for name in MESSAGE_COLUMNS)).where(
     Message.direction == Direction.outbound,
     or_(
         Message.upstream_message_id.in_(bindparam("wamids", expanding=True)),
@@ -133,7 +143,10 @@ def apply_status_payloads(
         return StatusesApplied()
     wamids = {u.id for u, _, _ in parsed}
     our_ids = {u.biz_opaque_callback_data for u, _, _ in parsed if u.biz_opaque_callback_data}
-    messages = list(session.scalars(_MESSAGES_OF_STATUSES, {"wamids": list(wamids), "ours": list(our_ids)}))
+    found = session.connection().execute(
+        _MESSAGES_OF_STATUSES, {"wamids": list(wamids), "ours": list(our_ids)}
+    )
+    messages = [MessageRecord(row) for row in found]
     by_id = {m.id: m for m in messages}
     by_wamid = {m.upstream_message_id: m for m in messages if m.upstream_message_id}
     changes: list[StatusChange] = []
@@ -178,27 +191,22 @@ _WRITE_STATUS = (
 )
 
 
-def _write_statuses(session: Session, messages: list[Message]) -> None:
-    """Write what the statuses changed in one statement for all the messages, and take them out of
-    the session. The ORM's flush would group them by which columns changed and diff every one (a
-    third of applying a batch of statuses); a later lookup in this transaction reads them anew."""
+def _write_statuses(session: Session, messages: list[MessageRecord]) -> None:
+    """Write what the statuses changed in one statement for all the messages. A message on which
+    anything else changed is refused: this statement would not write it."""
     changed = []
     for message in messages:
-        state = inspect(message)
-        if not state.modified:
+        if not message.changed:
             continue
-        if not _STATUS_COLUMN_SET.issuperset(state.committed_state):
-            # A change this statement would not write, and the expunge below would silently drop.
-            unlisted = sorted(set(state.committed_state) - _STATUS_COLUMN_SET)
+        if not _STATUS_COLUMN_SET.issuperset(message.changed):
+            unlisted = sorted(message.changed - _STATUS_COLUMN_SET)
             raise RuntimeError(f"applying a status changed {unlisted}: add them to _STATUS_COLUMNS")
         changed.append({"message_id": message.id} | {c: getattr(message, c) for c in _STATUS_COLUMNS})
     if changed:
         session.connection().execute(_WRITE_STATUS, changed)
-    for message in messages:
-        session.expunge(message)
 
 
-def _learn_recipient(message: Message, update: StatusUpdate) -> None:
+def _learn_recipient(message: MessageRecord, update: StatusUpdate) -> None:
     """A message to a number learns its customer's user id from its statuses, and one to a user id
     its number, when Meta shows them (API.md section 13)."""
     if message.user_id is None and update.recipient_user_id:
