@@ -98,6 +98,7 @@ class Settings(argparse.Namespace):
     drain_timeout: float
     py_spy: Path | None
     cpu_quota: float | None
+    rounds: int
 
 
 def parse_args(argv: list[str] | None = None) -> Settings:
@@ -160,6 +161,12 @@ def parse_args(argv: list[str] | None = None) -> Settings:
         default=None,
         metavar="CORES",
         help="run the bare endpoint and `wagate serve` on at most this much CPU (a slower machine; root)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="closed loops per gateway, each between two of the bare endpoint; the median ratio's counts",
     )
     settings = parser.parse_args(argv, namespace=Settings())
     settings.duration = settings.duration or (3.0 if settings.quick else 10.0)
@@ -417,52 +424,74 @@ def measure_gateway(
         check_alive()
 
         # (a) closed loop, the same load as the bare endpoint: accepted per second, between two closed
-        # loops of the bare endpoint (its ratio's denominator).
-        machine = quiet(settings, all_pids())
-        log(f"{database}: the bare endpoint's closed loop before it")
-        bare_before = bare.closed_loop()
-        log(f"{database}: closed loop, {settings.concurrency} connections, {settings.duration} s")
-        spy = profiled(settings, stack.server.pid, f"{database}-closed", settings.duration)
-        groups_before = pids()
-        before = cpu_snapshot([p for g in groups_before.values() for p in g])
-        upstream_before = stack.upstream_total()
-        loaded = asyncio.run(
-            closed_loop(
-                stack.messages_url,
-                make_body=stack.otp_body,
-                headers=stack.headers,
-                concurrency=settings.concurrency,
-                duration=settings.duration,
-                client=settings.client,
-                unique_header=key_header(settings),
+        # loops of the bare endpoint (its ratio's denominator); `--rounds` times, and the round of the
+        # median ratio is the figure.
+        def closed_round(number: int) -> dict[str, Any]:
+            nonlocal accepted_total
+            assert stack.server is not None
+            name = f"{database}-closed" + (f"-{number}" if settings.rounds > 1 else "")
+            machine = quiet(settings, all_pids())
+            log(f"{database}: the bare endpoint's closed loop before it")
+            bare_before = bare.closed_loop()
+            log(
+                f"{database}: closed loop {number}, {settings.concurrency} connections, {settings.duration} s"
             )
-        )
-        groups_after = pids()
-        after = cpu_snapshot([p for g in groups_after.values() for p in g])
-        upstream_after = stack.upstream_total()
-        log(f"{database}: the bare endpoint's closed loop after it")
-        bare_after = bare.closed_loop()
-        accepted_total += len(loaded.ok)
-        closed_figures = loaded.summary()
-        closed_figures["cpu"] = cpu_usage(
-            before, after, {k: groups_before.get(k, []) + v for k, v in groups_after.items()}
-        )
-        closed_figures["server_cpu_ms_per_ok"] = cpu_ms_per_ok(closed_figures, "server_pct")
-        closed_figures["postgres_cpu_ms_per_ok"] = cpu_ms_per_ok(closed_figures, "postgres_pct")
-        closed_figures["machine_before"] = machine
-        closed_figures["bare_around"] = bare_around(bare_before, bare_after)
-        closed_figures["rss_at_end_mb"] = rss_mb(stack.server.pid)
-        closed_figures["upstream_per_second_during_run"] = round(
-            (upstream_after - upstream_before) / loaded.elapsed, 1
-        )
-        backlog = accepted_total - upstream_after
-        drain_start = time.monotonic()
-        drained, _ = stack.wait_upstream(accepted_total, timeout=settings.drain_timeout)
-        closed_figures["backlog_at_end"] = backlog
-        closed_figures["drain_s"] = round(time.monotonic() - drain_start, 2) if drained else None
-        closed_figures["profile"] = profile_summary(settings, spy, f"{database}-closed")
-        figures["closed_loop"] = closed_figures
-        check_alive()
+            spy = profiled(settings, stack.server.pid, name, settings.duration)
+            groups_before = pids()
+            before = cpu_snapshot([p for g in groups_before.values() for p in g])
+            upstream_before = stack.upstream_total()
+            loaded = asyncio.run(
+                closed_loop(
+                    stack.messages_url,
+                    make_body=stack.otp_body,
+                    headers=stack.headers,
+                    concurrency=settings.concurrency,
+                    duration=settings.duration,
+                    client=settings.client,
+                    unique_header=key_header(settings),
+                )
+            )
+            groups_after = pids()
+            after = cpu_snapshot([p for g in groups_after.values() for p in g])
+            upstream_after = stack.upstream_total()
+            log(f"{database}: the bare endpoint's closed loop after it")
+            bare_after = bare.closed_loop()
+            accepted_total += len(loaded.ok)
+            closed_figures = loaded.summary()
+            closed_figures["cpu"] = cpu_usage(
+                before, after, {k: groups_before.get(k, []) + v for k, v in groups_after.items()}
+            )
+            closed_figures["server_cpu_ms_per_ok"] = cpu_ms_per_ok(closed_figures, "server_pct")
+            closed_figures["postgres_cpu_ms_per_ok"] = cpu_ms_per_ok(closed_figures, "postgres_pct")
+            closed_figures["machine_before"] = machine
+            closed_figures["bare_around"] = bare_around(bare_before, bare_after)
+            closed_figures["rss_at_end_mb"] = rss_mb(stack.server.pid)
+            closed_figures["upstream_per_second_during_run"] = round(
+                (upstream_after - upstream_before) / loaded.elapsed, 1
+            )
+            backlog = accepted_total - upstream_after
+            drain_start = time.monotonic()
+            drained, _ = stack.wait_upstream(accepted_total, timeout=settings.drain_timeout)
+            closed_figures["backlog_at_end"] = backlog
+            closed_figures["drain_s"] = round(time.monotonic() - drain_start, 2) if drained else None
+            closed_figures["profile"] = profile_summary(settings, spy, name)
+            check_alive()
+            return closed_figures
+
+        rounds = [closed_round(number) for number in range(1, settings.rounds + 1)]
+        ratios = [r["ok_per_second"] / r["bare_around"]["ok_per_second"] for r in rounds]
+        median = sorted(range(len(rounds)), key=lambda i: ratios[i])[len(rounds) // 2]
+        figures["closed_loop"] = rounds[median]
+        figures["closed_loop"]["rounds"] = [
+            {
+                "ok_per_second": r["ok_per_second"],
+                "bare_ok_per_second": r["bare_around"]["ok_per_second"],
+                "ratio_to_bare": round(ratio, 3),
+                "server_cpu_ms_per_ok": r["server_cpu_ms_per_ok"],
+                "p99_ms": r["latency_ok"]["p99_ms"],
+            }
+            for r, ratio in zip(rounds, ratios, strict=True)
+        ]
 
         figures["accepted_total"] = accepted_total
         figures["peak_rss_mb"] = peak_rss_mb(stack.server.pid)
@@ -595,6 +624,11 @@ def report(results: dict[str, Any]) -> str:
                 f" {around['after_ok_per_second']:.0f} right after;"
                 f" {_f(around['server_cpu_ms_per_ok'], 3)} ms of CPU a request)"
             )
+        rounds = gateway["closed_loop"].get("rounds", [])
+        if len(rounds) > 1:
+            each = ", ".join(f"{r['ok_per_second']:.0f}/s over {r['bare_ok_per_second']:.0f}" for r in rounds)
+            ratios = ", ".join(f"{r['ratio_to_bare']:.3f}" for r in rounds)
+            lines.append(f"  {len(rounds)} rounds of {name}: {each}; ratios {ratios}; the median's row above")
     lines += [
         "",
         f"{'open loop at ' + format(s['rate'], 'g') + '/s':<24}{'sent/s':>8}{'accept p50/p99 ms':>20}"
