@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import column, text
 from sqlalchemy import insert as sql_insert
 from sqlalchemy import table as sql_table
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from wagate.db import Database
@@ -171,3 +172,36 @@ def test_a_long_multi_row_statement_is_converted_once_not_per_batch(table: str) 
         asyncio.run(scenario())
     finally:
         asyncio.run(db.dispose())
+
+
+def test_the_writer_takes_a_new_connection_when_the_server_dropped_its_own(table: str) -> None:
+    """The writer keeps its connection from batch to batch (db.WriterSession). When the server ends
+    it (a restart, an administrator), the write that finds it gone fails and stores nothing, and the
+    next write goes through on a new connection."""
+
+    def add(amount: int) -> Callable[[Session], int]:
+        def unit(session: Session) -> int:
+            session.execute(
+                text("UPDATE counters SET value = value + :amount WHERE id = 1"), {"amount": amount}
+            )
+            return int(session.execute(text("SELECT pg_backend_pid()")).scalar_one())
+
+        return unit
+
+    async def scenario() -> tuple[int, int]:
+        db = Database(table, pool_size=2)
+        try:
+            first = await db.write(add(1))
+            with psycopg.connect(
+                table.replace("postgresql+psycopg://", "postgresql://"), autocommit=True
+            ) as conn:
+                conn.execute("SELECT pg_terminate_backend(%s)", (first,))
+            with pytest.raises(DBAPIError):
+                await db.write(add(10))
+            return first, await db.write(add(100))
+        finally:
+            await db.dispose()
+
+    first, last = asyncio.run(scenario())
+    assert last != first  # a new server process: a new connection
+    assert values(table) == {1: 101, 2: 0}
