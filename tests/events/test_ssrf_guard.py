@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from aiohttp.abc import ResolveResult
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -19,7 +18,7 @@ from starlette.routing import Route
 
 from support import Gateway, new_number
 from wagate.events import http as events_http
-from wagate.events.http import RESPONSE_EXCERPT, EventPoster, PublicAddressesOnly
+from wagate.events.http import RESPONSE_EXCERPT, EventPoster, public_addresses
 from wagate.events.urls import forbidden_address
 from wagate.simulator.server import RunningServer, run_in_thread
 from wagate.whatsapp.client import CloudApiClient
@@ -84,36 +83,39 @@ def test_a_url_into_the_shared_address_space_is_invalid_url(gateway: Gateway, ho
 def test_the_delivery_resolver_drops_what_the_guard_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
     """A DNS answer that changed after the URL was checked: the connection still only goes public."""
 
-    def answer(*addresses: str) -> list[ResolveResult]:
-        return [
-            ResolveResult(hostname="hook.example", host=a, port=443, family=socket.AF_INET, proto=0, flags=0)
-            for a in addresses
-        ]
+    def resolve(*addresses: str) -> list[str]:
+        async def getaddrinfo(self: Any, host: str, port: int, **_: Any) -> list[Any]:
+            family = {4: socket.AF_INET, 6: socket.AF_INET6}
+            return [(family[6 if ":" in a else 4], socket.SOCK_STREAM, 6, "", (a, port)) for a in addresses]
 
-    async def resolve(addresses: list[ResolveResult]) -> list[ResolveResult]:
-        resolver = PublicAddressesOnly()
-        try:
+        async def run() -> list[str]:
+            loop = asyncio.get_running_loop()
+            monkeypatch.setattr(type(loop), "getaddrinfo", getaddrinfo)
+            return await public_addresses("hook.example", 443)
 
-            async def fake(*_: Any) -> list[ResolveResult]:
-                return addresses
+        return asyncio.run(run())
 
-            monkeypatch.setattr(resolver._resolver, "resolve", fake)
-            return await resolver.resolve("hook.example", 443)
-        finally:
-            await resolver.close()
-
-    with pytest.raises(OSError):
-        asyncio.run(resolve(answer("100.64.0.1", "198.18.0.1")))
-    assert [a["host"] for a in asyncio.run(resolve(answer("100.64.0.1", "93.184.215.14")))] == [
-        "93.184.215.14"
+    with pytest.raises(OSError, match="not public"):
+        resolve("100.64.0.1", "198.18.0.1", "::1")
+    assert resolve("100.64.0.1", "93.184.215.14", "fc00::1", "2606:4700:4700::1111") == [
+        "93.184.215.14",
+        "2606:4700:4700::1111",
     ]
 
 
+def test_a_name_that_resolves_to_loopback_is_never_connected_to(talkative: RunningServer) -> None:
+    """Without WAGATE_ALLOW_PRIVATE_URLS a name for a private address fails before any connection."""
+    url = talkative.base_url.replace("127.0.0.1", "localhost") + "/hook"
+    result = post_to(url, allow_private=False)
+    assert result.status_code is None and result.error is not None
+    assert "resolves only to addresses that are not public" in result.error, result.error
+
+
 def test_a_url_with_a_shared_address_literal_is_not_posted_to(monkeypatch: pytest.MonkeyPatch) -> None:
-    def no_connection(_: EventPoster) -> None:
+    def no_connection(*_: Any, **__: Any) -> None:
         raise AssertionError("the poster was about to connect")
 
-    monkeypatch.setattr(EventPoster, "_get_session", no_connection)
+    monkeypatch.setattr(EventPoster, "_pool", no_connection)
 
     async def post() -> events_http.PostResult:
         poster = EventPoster(allow_private=False, timeout=1.0)

@@ -13,14 +13,11 @@ import ipaddress
 import socket
 import time
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import urlsplit
-
-import aiohttp
-from aiohttp.abc import AbstractResolver, ResolveResult
 
 from wagate.events.urls import forbidden_address
 from wagate.limits import CONTROL_CHARACTER
+from wagate.whatsapp.http1 import Answer, Http1Pool, HttpFailure, InvalidTarget, request_target
 
 DELIVERY_TIMEOUT_SECONDS = 10.0
 # Characters of a receiver's answer kept with the attempt, which agents read: enough for a reason,
@@ -28,6 +25,13 @@ DELIVERY_TIMEOUT_SECONDS = 10.0
 # public: with WAGATE_ALLOW_PRIVATE_URLS an endpoint inside the network is posted to, but what it
 # answers is not shown.
 RESPONSE_EXCERPT = 256
+# A subscriber's connection left idle this long is closed rather than reused (as aiohttp, used here
+# before, did after 15 s): a receiver's server may have dropped it meanwhile, and a subscriber that
+# stopped getting events should not keep a connection of ours open.
+IDLE_SECONDS = 15.0
+# Sent with every delivery (the caller's headers come after): some receivers' firewalls refuse a
+# request that names no client.
+_HEADERS = {"user-agent": "wagate"}
 
 
 @dataclass(frozen=True)
@@ -42,56 +46,68 @@ class PostResult:
         return self.status_code is not None and 200 <= self.status_code < 300
 
 
-class PublicAddressesOnly(AbstractResolver):
-    """The system resolver, keeping only the answers that are public addresses."""
-
-    def __init__(self) -> None:
-        self._resolver = aiohttp.ThreadedResolver()
-
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
-        answers = await self._resolver.resolve(host, port, family)
-        public = [a for a in answers if not forbidden_address(a["host"])]
-        if not public:
-            raise OSError(f"{host} resolves only to addresses that are not public")
-        return public
-
-    async def close(self) -> None:
-        await self._resolver.close()
+async def public_addresses(host: str, port: int) -> list[str]:
+    """The system resolver's addresses for `host`, keeping only the public ones (asked each time a
+    connection is made, so a record changed since the URL was checked still cannot point inward)."""
+    answers = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    public = list(dict.fromkeys(str(a[4][0]) for a in answers if not forbidden_address(str(a[4][0]))))
+    if not public:
+        raise OSError(f"{host} resolves only to addresses that are not public")
+    return public
 
 
 class EventPoster:
-    """One keep-alive connection pool for all deliveries of a process (created in its event loop)."""
+    """Keep-alive connections for all deliveries of a process, one pool per subscriber's origin
+    (created in its event loop), on the same HTTP/1.1 client as the calls to Meta: aiohttp's general
+    machinery cost about a quarter of a delivered event's CPU (docs/performance.md, "Event delivery")."""
 
     def __init__(
         self, *, allow_private: bool, pool_limit: int = 256, timeout: float = DELIVERY_TIMEOUT_SECONDS
     ) -> None:
         self.allow_private = allow_private
         self.timeout = timeout
-        # As many connections as the dispatcher has deliveries open, so none waits for a connection
-        # (that wait would count against its 10 s).
+        # As many connections per origin as the dispatcher has deliveries open, so none waits for a
+        # connection (that wait would count against its 10 s).
         self.pool_limit = pool_limit
-        self._session: aiohttp.ClientSession | None = None
+        self._pools: dict[tuple[str, str, int | None], Http1Pool] = {}
+        self._swept = time.monotonic()
 
-    def _get_session(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(
+    def _pool(self, url: str) -> Http1Pool:
+        parts = urlsplit(url)
+        origin = (parts.scheme.lower(), (parts.hostname or "").lower(), parts.port)
+        pool = self._pools.get(origin)
+        if pool is None:
+            pool = self._pools[origin] = Http1Pool(
+                url,
                 limit=self.pool_limit,
-                resolver=None if self.allow_private else PublicAddressesOnly(),
+                # The whole attempt has one deadline (`post`); these only stop a pool waiting longer.
+                connect_timeout=self.timeout + 1,
+                timeout=self.timeout + 1,
+                resolve=None if self.allow_private else public_addresses,
+                # Enough for the excerpt at 4 bytes a character; a longer answer is cut there and its
+                # connection closed.
+                max_answer_bytes=RESPONSE_EXCERPT * 4,
+                truncate=True,
+                idle_seconds=IDLE_SECONDS,
             )
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                timeout=aiohttp.ClientTimeout(total=self.timeout),
-                raise_for_status=False,
-                auto_decompress=False,
-            )
-        return self._session
+        return pool
+
+    def _sweep(self) -> None:
+        """Now and then: close what was idle too long and forget the origins left with nothing open."""
+        now = time.monotonic()
+        if now - self._swept < IDLE_SECONDS:
+            return
+        self._swept = now
+        for origin, pool in list(self._pools.items()):
+            pool.close_idle()
+            if pool.unused:
+                pool.close()
+                del self._pools[origin]
 
     async def close(self) -> None:
-        if self._session is not None and not self._session.closed:
-            await self._session.close()
-        self._session = None
+        for pool in self._pools.values():
+            pool.close()
+        self._pools.clear()
 
     async def post(self, url: str, body: bytes, headers: dict[str, str]) -> PostResult:
         started = time.perf_counter()
@@ -102,42 +118,34 @@ class EventPoster:
         refused = self._refused_literal(url)
         if refused:
             return result(None, refused)
+        self._sweep()
         try:
-            async with self._get_session().post(
-                url, data=body, headers=headers, allow_redirects=False
-            ) as answer:
-                status = answer.status
-                shown = self._shown(answer)
-                # Read even when not shown: a short answer read to its end lets the connection be reused.
-                excerpt = await self._excerpt(answer)
-                if not shown:
-                    excerpt = ""
+            pool = self._pool(url)
+            async with asyncio.timeout(self.timeout):
+                answer = await pool.exchange("POST", request_target(url), {**_HEADERS, **headers}, body)
         except TimeoutError:
             return result(None, f"no answer within {self.timeout:g} s")
-        except aiohttp.InvalidURL:
+        except (InvalidTarget, ValueError):  # ValueError: urlsplit's, of a URL it cannot take apart
             return result(None, "invalid URL")
-        except (aiohttp.ClientError, OSError) as exc:
+        except HttpFailure as exc:
             return result(None, _describe(exc))
-        except asyncio.CancelledError:
-            raise
+        status = answer.status
+        excerpt = self._excerpt(answer) if self._shown(answer) else ""
         if 300 <= status < 400:
             return result(status, "redirects are not followed", excerpt or None)
         return result(status, None if 200 <= status < 300 else f"HTTP {status}", excerpt or None)
 
-    def _shown(self, answer: aiohttp.ClientResponse) -> bool:
+    def _shown(self, answer: Answer) -> bool:
         """Whether the answer came from a public address (always so when the guard is on)."""
         if not self.allow_private:
             return True
-        connection = answer.connection
-        transport = connection.transport if connection is not None else None
-        peer: Any = transport.get_extra_info("peername") if transport is not None else None
-        return isinstance(peer, tuple) and bool(peer) and not forbidden_address(str(peer[0]))
+        return answer.peer is not None and not forbidden_address(answer.peer)
 
     @staticmethod
-    async def _excerpt(answer: aiohttp.ClientResponse) -> str:
+    def _excerpt(answer: Answer) -> str:
         # At most 4 bytes a character; control characters (NUL, which PostgreSQL refuses in text,
         # among them) shown as U+FFFD.
-        raw = await answer.content.read(RESPONSE_EXCERPT * 4)
+        raw = answer.body[: RESPONSE_EXCERPT * 4]
         return CONTROL_CHARACTER.sub("\ufffd", raw.decode("utf-8", "replace")[:RESPONSE_EXCERPT])
 
     def _refused_literal(self, url: str) -> str | None:
@@ -153,6 +161,7 @@ class EventPoster:
 
 
 def _describe(exc: BaseException) -> str:
-    # aiohttp's texts name the host and the OS error, never our headers (the signature), so they are safe.
+    # The client's texts name the OS error or what the answer lacked, never our headers (the
+    # signature), so they are safe.
     detail = CONTROL_CHARACTER.sub("\ufffd", str(exc).strip())
     return f"{type(exc).__name__}: {detail}"[:500] if detail else type(exc).__name__

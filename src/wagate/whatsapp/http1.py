@@ -1,5 +1,6 @@
-"""A small HTTP/1.1 client for the calls to the Cloud API: keep-alive connections on asyncio's own
-transports, answers parsed by httptools (the C parser uvicorn serves us with).
+"""A small HTTP/1.1 client for the calls to the Cloud API and the events posted to subscribers:
+keep-alive connections on asyncio's own transports, answers parsed by httptools (the C parser uvicorn
+serves us with).
 
 Why not aiohttp: every send is one such call, and aiohttp's general machinery (its request and
 response objects, tracing, cookie jar, timeouts per phase) cost 0.16-0.26 ms of CPU per call, more
@@ -19,7 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import httptools
@@ -45,20 +48,40 @@ class InvalidTarget(ConnectFailed):
     """The URL or a header cannot be written as HTTP (nothing was sent)."""
 
 
-class _Connection(asyncio.Protocol):
-    """One keep-alive connection: one exchange at a time, its answer parsed as it arrives."""
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    body: bytes  # at most the pool's `max_answer_bytes` (see `truncate`)
+    peer: str | None  # the address the connection went to
 
-    def __init__(self) -> None:
+
+# Resolves a host to the addresses a connection may go to, in the order to try them; raises OSError
+# when there is none (wagate.events.http drops every address that is not public).
+Resolver = Callable[[str, int], Awaitable[list[str]]]
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection: one exchange at a time, its answer parsed as it arrives. An answer
+    over `max_answer_bytes` fails the exchange, or with `truncate` ends it with what came so far and
+    closes the connection (the rest is never read)."""
+
+    def __init__(self, max_answer_bytes: int = MAX_ANSWER_BYTES, truncate: bool = False) -> None:
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
         self.closed = False
         self.answer: asyncio.Future[tuple[int, bytes, bool]] | None = None
         self.body: list[bytes] = []
         self.size = 0
+        self.max_answer_bytes = max_answer_bytes
+        self.truncate = truncate
+        self.peer: str | None = None
+        self.idle_since = 0.0
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        self.peer = str(peer[0]) if isinstance(peer, tuple) and peer else None
 
     def data_received(self, data: bytes) -> None:
         if self.answer is None or self.answer.done():
@@ -80,11 +103,18 @@ class _Connection(asyncio.Protocol):
 
     # httptools callbacks
     def on_body(self, body: bytes) -> None:
+        if self.answer is None or self.answer.done():
+            return  # the rest of an answer cut short
+        room = self.max_answer_bytes - self.size
         self.size += len(body)
-        if self.size > MAX_ANSWER_BYTES:
-            self._fail(ExchangeFailed(f"the answer is larger than {MAX_ANSWER_BYTES} bytes"))
-            return
-        self.body.append(body)
+        if self.size <= self.max_answer_bytes:
+            self.body.append(body)
+        elif self.truncate:
+            self.body.append(body[:room])
+            self.answer.set_result((self.parser.get_status_code(), b"".join(self.body), False))
+            self.close()
+        else:
+            self._fail(ExchangeFailed(f"the answer is larger than {self.max_answer_bytes} bytes"))
 
     def on_message_complete(self) -> None:
         if self.answer is not None and not self.answer.done():
@@ -119,9 +149,22 @@ class Http1Pool:
 
     One instance per event loop. `request` waits up to `connect_timeout` for a free connection and
     for a new one to connect, then up to `timeout` for the whole answer once the request is written.
+    `resolve`: where a new connection may go (see `Resolver`; else the host as given, by the system's
+    resolver). `idle_seconds`: an idle connection older than this is closed rather than reused.
     """
 
-    def __init__(self, base_url: str, *, limit: int, connect_timeout: float, timeout: float) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        limit: int,
+        connect_timeout: float,
+        timeout: float,
+        resolve: Resolver | None = None,
+        max_answer_bytes: int = MAX_ANSWER_BYTES,
+        truncate: bool = False,
+        idle_seconds: float | None = None,
+    ) -> None:
         parts = urlsplit(base_url)
         self.scheme = parts.scheme.lower()
         if self.scheme not in ("http", "https") or not parts.hostname:
@@ -134,12 +177,17 @@ class Http1Pool:
         self.ssl = ssl.create_default_context() if self.scheme == "https" else None
         self.connect_timeout = connect_timeout
         self.timeout = timeout
+        self.resolve = resolve
+        self.max_answer_bytes = max_answer_bytes
+        self.truncate = truncate
+        self.idle_seconds = idle_seconds
         self.slots = asyncio.Semaphore(limit)
         self.idle: list[_Connection] = []
         self.busy: set[_Connection] = set()
         self.closed = False
 
     def _idle_connection(self) -> _Connection | None:
+        self.close_idle()
         while self.idle:
             connection = self.idle.pop()
             transport = connection.transport
@@ -147,11 +195,41 @@ class Http1Pool:
                 return connection
         return None
 
+    def close_idle(self) -> None:
+        """Close the idle connections kept longer than `idle_seconds` (the oldest are first)."""
+        if self.idle_seconds is None:
+            return
+        oldest = time.monotonic() - self.idle_seconds
+        while self.idle and self.idle[0].idle_since < oldest:
+            self.idle.pop(0).close()
+
+    @property
+    def unused(self) -> bool:
+        """Nothing open and nothing under way: the pool can be dropped."""
+        return not self.idle and not self.busy
+
     async def _new_connection(self) -> _Connection:
-        _, protocol = await asyncio.get_running_loop().create_connection(
-            _Connection, self.host, self.port, ssl=self.ssl, server_hostname=self.host if self.ssl else None
-        )
-        return protocol
+        loop = asyncio.get_running_loop()
+
+        def protocol() -> _Connection:
+            return _Connection(self.max_answer_bytes, self.truncate)
+
+        hostname = self.host if self.ssl else None
+        if self.resolve is None:
+            _, made = await loop.create_connection(
+                protocol, self.host, self.port, ssl=self.ssl, server_hostname=hostname
+            )
+            return made
+        failure: OSError | None = None
+        for address in await self.resolve(self.host, self.port):
+            try:
+                _, made = await loop.create_connection(
+                    protocol, address, self.port, ssl=self.ssl, server_hostname=hostname
+                )
+                return made
+            except OSError as exc:
+                failure = exc
+        raise failure or OSError(f"{self.host} has no address")
 
     async def request(
         self,
@@ -163,6 +241,19 @@ class Http1Pool:
         on_sent: Callable[[], None] | None = None,
     ) -> tuple[int, bytes]:
         """(status, body) of `method target`; raises ConnectFailed or ExchangeFailed."""
+        answer = await self.exchange(method, target, headers, body, on_sent=on_sent)
+        return answer.status, answer.body
+
+    async def exchange(
+        self,
+        method: str,
+        target: str,
+        headers: dict[str, str],
+        body: bytes | None = None,
+        *,
+        on_sent: Callable[[], None] | None = None,
+    ) -> Answer:
+        """The answer to `method target`, with the address it came from; as `request`."""
         if self.closed:
             raise ConnectFailed("the client is closed")
         request = self._encode(method, target, headers, body)
@@ -195,11 +286,12 @@ class Http1Pool:
                     status, answer, keep = await connection.exchange(request, on_sent)
             except TimeoutError:
                 raise ExchangeFailed(f"no complete answer within {self.timeout:g} s") from None
-            return status, answer
+            return Answer(status, answer, connection.peer)
         finally:
             if connection is not None:
                 self.busy.discard(connection)
                 if keep and not connection.closed and not self.closed:
+                    connection.idle_since = time.monotonic()
                     self.idle.append(connection)
                 else:
                     connection.close()
