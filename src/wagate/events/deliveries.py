@@ -7,12 +7,13 @@ sent again after the lease (a receiver drops the duplicate by its `webhook-id`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import bindparam, delete, exists, insert, or_, select, update
+from sqlalchemy import BindParameter, Integer, Update, bindparam, delete, exists, insert, or_, select, update
 from sqlalchemy.orm import Session, aliased
 
 from wagate.audit.models import SYSTEM, AuditAction
@@ -22,7 +23,7 @@ from wagate.events.http import PostResult
 from wagate.events.models import Delivery, DeliveryAttempt, DeliveryState, Webhook
 from wagate.events.publish import cancel_pending
 from wagate.outbox.dead_letters import bury
-from wagate.outbox.models import JobKind, JobState, OutboxJob, claim_rows
+from wagate.outbox.models import JobKind, JobState, OutboxJob, claim_rows, claim_statement
 from wagate.outbox.retry import EVENT_RETRY_WINDOW, RetryPolicy
 
 _INSERT_ATTEMPT = insert(table_of(DeliveryAttempt))
@@ -90,19 +91,12 @@ class FairShare:
         return min(free, self.share, *rooms)
 
 
-def claim_deliveries(
-    session: Session, *, limit: int, worker_id: str, lease_seconds: float, fair: FairShare | None = None
-) -> list[ClaimedDelivery]:
-    """Due deliveries, each the oldest pending one of its ordering key, marked as taken.
-
-    With `fair`, no account gets more than its room: an account whose endpoints hang cannot take the
-    lane's every call while other accounts' events wait. Accounts already at their share are left
-    out of the scan, so their backlog does not hide the others' rows, and one claim takes no more
-    than the least room left (`FairShare.claim_limit`), so it stays one statement.
-    """
-    if fair is not None:
-        limit = fair.claim_limit(limit)
-    now = utcnow()
+@functools.cache
+def _claim_deliveries_statement(leave_out_full: bool, leave_out_none: bool, dialect: str) -> Update:
+    """The claim of due deliveries, built once per dialect and shape with its values bound at
+    execution (a lane claims on every wake-up). `leave_out_full`: not the rows of the accounts in
+    `claim_full`; `leave_out_none`: not the rows of no account (see `claim_deliveries`)."""
+    now: BindParameter[Any] = bindparam("claim_now")
     earlier = aliased(OutboxJob)
     due = (
         select(OutboxJob.id)
@@ -120,25 +114,50 @@ def claim_deliveries(
         # however long the backlog is; order between messages does not matter, within one the
         # ordering key sees to it.
         .order_by(OutboxJob.run_at)
-        .limit(limit)
+        .limit(bindparam("claim_limit", type_=Integer))
     )
-    if fair is not None:
-        full = fair.full()
-        known = [a for a in full if a is not None]
-        if known:
-            due = due.where(OutboxJob.account_id.is_(None) | OutboxJob.account_id.not_in(known))
-        if None in full:
-            due = due.where(OutboxJob.account_id.is_not(None))
-    jobs = claim_rows(
-        session,
+    if leave_out_full:
+        full: BindParameter[Any] = bindparam("claim_full", expanding=True)
+        due = due.where(OutboxJob.account_id.is_(None) | OutboxJob.account_id.not_in(full))
+    if leave_out_none:
+        due = due.where(OutboxJob.account_id.is_not(None))
+    return claim_statement(
+        dialect,
         due,
         values={
             "attempts": OutboxJob.attempts + 1,
-            "locked_by": worker_id,
-            "locked_until": now + timedelta(seconds=lease_seconds),
+            "locked_by": bindparam("claim_worker"),
+            "locked_until": bindparam("claim_until"),
         },
         returning=(OutboxJob.id, OutboxJob.payload, OutboxJob.created_at),
     )
+
+
+def claim_deliveries(
+    session: Session, *, limit: int, worker_id: str, lease_seconds: float, fair: FairShare | None = None
+) -> list[ClaimedDelivery]:
+    """Due deliveries, each the oldest pending one of its ordering key, marked as taken.
+
+    With `fair`, no account gets more than its room: an account whose endpoints hang cannot take the
+    lane's every call while other accounts' events wait. Accounts already at their share are left
+    out of the scan, so their backlog does not hide the others' rows, and one claim takes no more
+    than the least room left (`FairShare.claim_limit`), so it stays one statement.
+    """
+    if fair is not None:
+        limit = fair.claim_limit(limit)
+    now = utcnow()
+    params: dict[str, Any] = {
+        "claim_now": now,
+        "claim_limit": limit,
+        "claim_worker": worker_id,
+        "claim_until": now + timedelta(seconds=lease_seconds),
+    }
+    full = fair.full() if fair is not None else set()
+    known = sorted(a for a in full if a is not None)
+    if known:
+        params["claim_full"] = known
+    builder = functools.partial(_claim_deliveries_statement, bool(known), None in full)
+    jobs = claim_rows(session, builder, params=params)
     if not jobs:
         return []
     job_of = {payload["delivery_id"]: job_id for job_id, payload, _ in jobs}
