@@ -15,10 +15,14 @@ For each database:
    left: statuses applied per second (3 N over that time), the POSTs' own rate and latency, and the
    CPU the gateway (and PostgreSQL) spent per status.
 
+`--split-worker` (PostgreSQL only): `wagate serve --no-dispatcher` receives and stores the webhooks
+and a `wagate worker` beside it applies them, each with a core of its own (issue 18: what one more
+process adds); the gateway's CPU per status is then both processes'.
+
 Exits 1 when a POST was refused or a status was not applied; a rate below the target is a finding.
 
     .venv/bin/python bench/statuses.py [--messages 3000] [--backends sqlite,postgresql] [--json F]
-        [--py-spy DIR]
+        [--py-spy DIR] [--split-worker]
 """
 
 from __future__ import annotations
@@ -68,6 +72,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, default=None, help="write the figures to this file")
     parser.add_argument("--py-spy", type=Path, default=None, metavar="DIR", help="profile `wagate serve`")
     parser.add_argument("--quiet-wait", type=float, default=60.0, help="wait up to this for a quiet machine")
+    parser.add_argument(
+        "--split-worker",
+        action="store_true",
+        help="PostgreSQL: `serve --no-dispatcher` receives, a `wagate worker` applies",
+    )
     return parser.parse_args(argv)
 
 
@@ -186,7 +195,8 @@ def wait_recorded(engine: Any, count: int, timeout: float = 60.0) -> None:
 def measure(
     settings: argparse.Namespace, backend: str, database_url: str | None, db_name: str | None
 ) -> dict:
-    with GatewayStack(database_url=database_url, messages_per_second=1000) as stack:
+    split = settings.split_worker and db_name is not None
+    with GatewayStack(database_url=database_url, messages_per_second=1000, split_worker=split) as stack:
         assert stack.server is not None and stack.sim is not None and stack.database_url is not None
         stack.sim_configure(auto_statuses=False)
         sync_url = stack.database_url.replace("sqlite+aiosqlite:", "sqlite:", 1)
@@ -206,6 +216,8 @@ def measure(
                 for entry in entries
             ]
             pids = {"server": [stack.server.pid]}
+            if stack.worker is not None:
+                pids["worker"] = [stack.worker.pid]
             if db_name is not None:
                 pids["postgres"] = postgres_backend_pids(db_name)
             machine = wait_for_quiet(
@@ -238,8 +250,9 @@ def measure(
             engine.dispose()
         cpu = cpu_usage(before, after, pids)
         statuses = len(bodies)
+        gateway_pct = cpu["server_pct"] + cpu.get("worker_pct", 0.0)
         figures: dict[str, Any] = {
-            "backend": backend,
+            "backend": backend + (" (serve + worker)" if split else ""),
             "messages": count,
             "statuses": statuses,
             "refused_posts": sum(1 for a in answers if a != 200),
@@ -248,7 +261,8 @@ def measure(
             "post_latency": latency_summary_ms(latencies),
             "applied_per_second": round(statuses / elapsed, 1),
             "seconds": round(elapsed, 2),
-            "server_cpu_ms_per_status": round(cpu["server_pct"] / 100 * elapsed * 1000 / statuses, 3),
+            # The gateway's processes together (with --split-worker, serve's and the worker's).
+            "server_cpu_ms_per_status": round(gateway_pct / 100 * elapsed * 1000 / statuses, 3),
             "cpu": cpu,
             "machine_before": machine,
         }
@@ -264,14 +278,14 @@ def measure(
 def report(results: list[dict[str, Any]]) -> str:
     lines = [
         "",
-        f"{'status webhooks':<22}{'statuses':>9}{'posted/s':>10}{'applied/s':>10}{'target':>8}{'met':>5}"
+        f"{'status webhooks':<28}{'statuses':>9}{'posted/s':>10}{'applied/s':>10}{'target':>8}{'met':>5}"
         f"{'POST p99 ms':>12}{'srv ms/status':>14}{'db ms/status':>13}",
     ]
     for r in results:
         met = "yes" if r["applied_per_second"] >= TARGET_PER_SECOND and r["all_applied"] else "no"
         db = r.get("postgres_cpu_ms_per_status")
         lines.append(
-            f"{r['backend']:<22}{r['statuses']:>9}{r['posted_per_second']:>10.0f}{r['applied_per_second']:>10.0f}"
+            f"{r['backend']:<28}{r['statuses']:>9}{r['posted_per_second']:>10.0f}{r['applied_per_second']:>10.0f}"
             f"{TARGET_PER_SECOND:>8}{met:>5}{r['post_latency']['p99_ms']:>12.1f}{r['server_cpu_ms_per_status']:>14.3f}"
             f"{db if db is not None else '-':>13}"
         )
