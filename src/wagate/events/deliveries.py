@@ -23,7 +23,7 @@ from wagate.events.http import PostResult
 from wagate.events.models import Delivery, DeliveryAttempt, DeliveryState, Webhook
 from wagate.events.publish import cancel_pending
 from wagate.outbox.dead_letters import bury
-from wagate.outbox.models import JobKind, JobState, OutboxJob, claim_rows, claim_statement
+from wagate.outbox.models import JobKind, JobState, OutboxJob, claim_rows, claim_statement, delete_jobs
 from wagate.outbox.retry import EVENT_RETRY_WINDOW, RetryPolicy
 
 _INSERT_ATTEMPT = insert(table_of(DeliveryAttempt))
@@ -38,6 +38,34 @@ _RESCHEDULE = (
     _outbox.update()
     .where(_outbox.c.id == bindparam("job"))
     .values(run_at=bindparam("run_at"), last_error=bindparam("error"), locked_by=None, locked_until=None)
+)
+# The statements of every claim and every round of attempts, built once and run on the connection as
+# Core: the ORM's entities and its bulk-update path (which prepares to synchronize a session that
+# holds none of these rows) cost more than the SQL. Values bound at execution.
+_webhooks = table_of(Webhook)
+_CLAIMED_DELIVERIES = (
+    select(
+        _deliveries.c.id,
+        _deliveries.c.account_id,
+        _deliveries.c.webhook_id,
+        _deliveries.c.url,
+        _deliveries.c.secret_encrypted,
+        _deliveries.c.body,
+        _deliveries.c.attempts,
+        _webhooks.c.url,
+        _webhooks.c.secret_encrypted,
+        _webhooks.c.enabled,
+    )
+    .select_from(_deliveries.outerjoin(_webhooks, _webhooks.c.id == _deliveries.c.webhook_id))
+    .where(_deliveries.c.id.in_(bindparam("ids", expanding=True)))
+)
+_EXISTING_DELIVERIES = select(_deliveries.c.id).where(_deliveries.c.id.in_(bindparam("ids", expanding=True)))
+_FINISH_ROUND = (
+    _deliveries.update()
+    .where(_deliveries.c.id.in_(bindparam("ids", expanding=True)))
+    .values(
+        state=bindparam("state"), attempts=_deliveries.c.attempts + 1, finished_at=bindparam("finished_at")
+    )
 )
 GONE = 410
 
@@ -162,33 +190,31 @@ def claim_deliveries(
         return []
     job_of = {payload["delivery_id"]: job_id for job_id, payload, _ in jobs}
     queued_at = {job_id: created_at for job_id, _, created_at in jobs}
-    rows = session.execute(
-        select(Delivery, Webhook.url, Webhook.secret_encrypted, Webhook.enabled)
-        .outerjoin(Webhook, Webhook.id == Delivery.webhook_id)
-        .where(Delivery.id.in_(job_of))
-    )
+    connection = session.connection()
     claimed: list[ClaimedDelivery] = []
-    for delivery, webhook_url, webhook_secret, enabled in rows:
-        if delivery.webhook_id is None:
-            url, secret = delivery.url, delivery.secret_encrypted
+    for row in connection.execute(_CLAIMED_DELIVERIES, {"ids": list(job_of)}):
+        delivery_id, account_id, webhook_id, own_url, own_secret, body, attempts, *webhook = row
+        webhook_url, webhook_secret, enabled = webhook
+        if webhook_id is None:
+            url, secret = own_url, own_secret
         else:
             url, secret = (webhook_url, webhook_secret) if enabled else (None, None)
-        job_id = job_of.pop(delivery.id)
+        job_id = job_of.pop(delivery_id)
         claimed.append(
             ClaimedDelivery(
                 job_id,
-                delivery.id,
-                delivery.account_id,
-                delivery.webhook_id,
+                delivery_id,
+                account_id,
+                webhook_id,
                 url,
                 secret,
-                delivery.body,
-                delivery.attempts + 1,
+                body,
+                attempts + 1,
                 queued_at[job_id],
             )
         )
     if job_of:  # rows whose delivery is gone with its webhook or account
-        session.execute(delete(OutboxJob).where(OutboxJob.id.in_(job_of.values())))
+        delete_jobs(session, list(job_of.values()))
     return sorted(claimed, key=lambda c: c.job_id)
 
 
@@ -197,17 +223,16 @@ def record_attempts(
 ) -> None:
     """Store a round of attempts: finish the delivered and the hopeless, schedule the rest again."""
     # A delivery can go with its webhook (deleted while the call was under way): nothing to record.
-    existing = set(
-        session.scalars(select(Delivery.id).where(Delivery.id.in_({a.delivery.id for a in attempts})))
-    )
+    connection = session.connection()
+    ids = list({a.delivery.id for a in attempts})
+    existing = set(connection.execute(_EXISTING_DELIVERIES, {"ids": ids}).scalars())
     gone = [a.delivery.job_id for a in attempts if a.delivery.id not in existing]
-    if gone:
-        session.execute(delete(OutboxJob).where(OutboxJob.id.in_(gone)))
+    delete_jobs(session, gone)
     attempts = [a for a in attempts if a.delivery.id in existing]
     if not attempts:
         return
     now = utcnow()
-    session.connection().execute(
+    connection.execute(
         _INSERT_ATTEMPT,
         [
             {
@@ -237,20 +262,19 @@ def record_attempts(
     # One statement per outcome, not one per delivery: each claimed delivery had exactly one attempt.
     for state, group in by_state.items():
         if group:
-            session.execute(
-                update(Delivery)
-                .where(Delivery.id.in_([d.id for d in group]))
-                .values(
-                    state=state,
-                    attempts=Delivery.attempts + 1,
-                    finished_at=None if state is DeliveryState.pending else now,
-                )
+            connection.execute(
+                _FINISH_ROUND,
+                {
+                    "ids": [d.id for d in group],
+                    "state": state,
+                    "finished_at": None if state is DeliveryState.pending else now,
+                },
             )
     if again:
-        session.connection().execute(_RESCHEDULE, again)
-    finished_jobs = [d.job_id for d in by_state[DeliveryState.delivered] + by_state[DeliveryState.failed]]
-    if finished_jobs:
-        session.execute(delete(OutboxJob).where(OutboxJob.id.in_(finished_jobs)))
+        connection.execute(_RESCHEDULE, again)
+    delete_jobs(
+        session, [d.job_id for d in by_state[DeliveryState.delivered] + by_state[DeliveryState.failed]]
+    )
     _track_webhook_health(session, [a for a in attempts if a.delivery.webhook_id is not None], disable, now)
 
 
