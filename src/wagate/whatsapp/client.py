@@ -164,7 +164,8 @@ class CloudApiClient:
             headers["Content-Type"] = "application/json"
         try:
             pool = self._pool(urgent)
-            status, raw = await pool.request(method, request_target(url), headers, data, on_sent=on_sent)
+            answer = await pool.exchange(method, request_target(url), headers, data, on_sent=on_sent)
+            status, raw = answer.status, answer.body
         except InvalidTarget:
             raise NotDelivered("Invalid WhatsApp Cloud API URL") from None
         except ConnectFailed as exc:

@@ -147,7 +147,7 @@ class _Connection(asyncio.Protocol):
 class Http1Pool:
     """Keep-alive connections to one origin (`base_url`'s scheme, host and port), at most `limit` open.
 
-    One instance per event loop. `request` waits up to `connect_timeout` for a free connection and
+    One instance per event loop. `exchange` waits up to `connect_timeout` for a free connection and
     for a new one to connect, then up to `timeout` for the whole answer once the request is written.
     `resolve`: where a new connection may go (see `Resolver`; else the host as given, by the system's
     resolver). `idle_seconds`: an idle connection older than this is closed rather than reused.
@@ -231,19 +231,6 @@ class Http1Pool:
                 failure = exc
         raise failure or OSError(f"{self.host} has no address")
 
-    async def request(
-        self,
-        method: str,
-        target: str,
-        headers: dict[str, str],
-        body: bytes | None = None,
-        *,
-        on_sent: Callable[[], None] | None = None,
-    ) -> tuple[int, bytes]:
-        """(status, body) of `method target`; raises ConnectFailed or ExchangeFailed."""
-        answer = await self.exchange(method, target, headers, body, on_sent=on_sent)
-        return answer.status, answer.body
-
     async def exchange(
         self,
         method: str,
@@ -253,7 +240,8 @@ class Http1Pool:
         *,
         on_sent: Callable[[], None] | None = None,
     ) -> Answer:
-        """The answer to `method target`, with the address it came from; as `request`."""
+        """The answer to `method target`, with the address it came from; raises ConnectFailed or
+        ExchangeFailed."""
         if self.closed:
             raise ConnectFailed("the client is closed")
         request = self._encode(method, target, headers, body)
