@@ -194,3 +194,35 @@ def test_a_receiver_that_is_not_listening_is_a_failed_attempt_with_the_reason() 
     result = asyncio.run(main())
     assert result.status_code is None and result.error is not None
     assert result.error.startswith("ConnectFailed: ConnectionRefusedError"), result.error
+
+
+def test_an_answer_whose_body_ends_when_the_connection_closes_is_read() -> None:
+    """An HTTP/1.0-style answer (no length, no chunks: the body runs to the close), as small receivers
+    built on a standard library's server send it."""
+    results: list[PostResult] = []
+
+    class Closing(Receiver):
+        async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self.connections += 1
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+            self.requests.append(head + await reader.readexactly(length))
+            writer.write(b"HTTP/1.0 200 OK\r\ncontent-type: text/plain\r\n\r\nthanks")
+            await writer.drain()
+            writer.close()
+
+    receiver = Closing(ok())
+
+    async def main() -> None:
+        url = await receiver.start()
+        poster = EventPoster(allow_private=True, timeout=2.0)
+        try:
+            for _ in range(2):
+                results.append(await post(poster, url))
+        finally:
+            await poster.close()
+            await receiver.stop()
+
+    asyncio.run(main())
+    assert [(r.status_code, r.error) for r in results] == [(200, None)] * 2
+    assert receiver.connections == 2

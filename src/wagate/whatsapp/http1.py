@@ -76,6 +76,8 @@ class _Connection(asyncio.Protocol):
         self.truncate = truncate
         self.peer: str | None = None
         self.idle_since = 0.0
+        self.head_done = False  # this answer's status line and headers are in
+        self.delimited = False  # its body has a length or chunks; else it runs to the close
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -98,10 +100,24 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         if self.answer is not None and not self.answer.done():
+            if exc is None and self.head_done and not self.delimited:
+                # An answer without a length or chunks (HTTP/1.0 style) ends when the server closes.
+                self.answer.set_result((self.parser.get_status_code(), b"".join(self.body), False))
+                return
             reason = f": {type(exc).__name__} ({exc})" if exc else ""
             self.answer.set_exception(ExchangeFailed(f"the connection closed before the answer{reason}"))
 
     # httptools callbacks
+    def on_message_begin(self) -> None:
+        self.head_done = self.delimited = False
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if name.lower() in (b"content-length", b"transfer-encoding"):
+            self.delimited = True
+
+    def on_headers_complete(self) -> None:
+        self.head_done = True
+
     def on_body(self, body: bytes) -> None:
         if self.answer is None or self.answer.done():
             return  # the rest of an answer cut short
