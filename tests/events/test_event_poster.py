@@ -226,3 +226,19 @@ def test_an_answer_whose_body_ends_when_the_connection_closes_is_read() -> None:
     asyncio.run(main())
     assert [(r.status_code, r.error) for r in results] == [(200, None)] * 2
     assert receiver.connections == 2
+
+
+def test_a_receiver_that_sends_an_endless_head_fails_the_attempt_early() -> None:
+    """Its head is never kept past a bound, whatever the timeout: the attempt fails once it is passed."""
+    results: list[PostResult] = []
+    head = b"HTTP/1.1 200 OK\r\nx-padding: " + b"a" * 200_000  # no end of line, no end of head
+
+    async def scenario(poster: EventPoster, url: str) -> None:
+        results.append(await post(poster, url))
+
+    receiver = run(lambda _: head, scenario)
+    result = results[0]
+    assert result.status_code is None and result.error is not None
+    assert "head is longer than" in result.error, result.error
+    assert result.latency_ms < 1000  # not the 2 s timeout
+    assert receiver.connections == 1

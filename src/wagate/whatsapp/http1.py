@@ -30,6 +30,10 @@ import httptools
 # An answer larger than this is no answer of the Cloud API's (a send's is about 200 bytes, a page
 # of templates some tens of kilobytes).
 MAX_ANSWER_BYTES = 8 * 1024 * 1024
+# An answer's status line and headers may not run longer than this (the parser keeps an incomplete
+# head in memory): an event's receiver is anyone's server, and one that sent an endless header would
+# otherwise grow it for the whole timeout.
+MAX_HEAD_BYTES = 64 * 1024
 
 
 class HttpFailure(Exception):
@@ -77,6 +81,7 @@ class _Connection(asyncio.Protocol):
         self.peer: str | None = None
         self.idle_since = 0.0
         self.head_done = False  # this answer's status line and headers are in
+        self.head_bytes = 0  # bytes received while they were not
         self.delimited = False  # its body has a length or chunks; else it runs to the close
 
     # asyncio.Protocol
@@ -93,6 +98,12 @@ class _Connection(asyncio.Protocol):
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
             self._fail(ExchangeFailed(f"the answer is not HTTP/1.1 ({exc})"))
+            return
+        if not self.head_done:
+            # Counted only while the head stays incomplete: a head and a large body in one read is fine.
+            self.head_bytes += len(data)
+            if self.head_bytes > MAX_HEAD_BYTES:
+                self._fail(ExchangeFailed(f"the answer's head is longer than {MAX_HEAD_BYTES} bytes"))
 
     def eof_received(self) -> bool:
         return False  # close our side too: connection_lost follows
@@ -110,6 +121,7 @@ class _Connection(asyncio.Protocol):
     # httptools callbacks
     def on_message_begin(self) -> None:
         self.head_done = self.delimited = False
+        self.head_bytes = 0
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if name.lower() in (b"content-length", b"transfer-encoding"):
