@@ -243,13 +243,10 @@ class Http1Pool:
             return _Connection(self.max_answer_bytes, self.truncate)
 
         hostname = self.host if self.ssl else None
-        if self.resolve is None:
-            _, made = await loop.create_connection(
-                protocol, self.host, self.port, ssl=self.ssl, server_hostname=hostname
-            )
-            return made
+        # Without a resolver the host goes to create_connection, which resolves and tries each address.
+        addresses = [self.host] if self.resolve is None else await self.resolve(self.host, self.port)
         failure: OSError | None = None
-        for address in await self.resolve(self.host, self.port):
+        for address in addresses:
             try:
                 _, made = await loop.create_connection(
                     protocol, address, self.port, ssl=self.ssl, server_hostname=hostname
