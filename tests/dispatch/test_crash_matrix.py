@@ -116,7 +116,10 @@ def test_a_stored_status_stops_the_resend_of_a_send_whose_answer_was_lost(
     simulator.configure(
         fail_next={"count": 1, "code": 408, "to": number.lstrip("+")},  # Meta has it; the answer hangs
         slow_response_seconds=20.0,
-        status_delays={"sent": 1.0, "delivered": 60.0, "read": 60.0},
+        # `sent` must reach the gateway only after it is killed: had it come sooner, that gateway would
+        # have stored and claimed it itself (CI met that once, at 1 s, under load), and the case would
+        # not be the one named.
+        status_delays={"sent": 3.0, "delivered": 60.0, "read": 60.0},
         webhook_retry_cap=0.5,
     )
     try:
