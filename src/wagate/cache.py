@@ -3,10 +3,16 @@
 Each process keeps its own; an entry is trusted for `ttl` seconds, so a revoked key, a removed member
 or a template that Meta stopped approving takes effect everywhere within that time (and at once in the
 process that made the change, which clears what it changed).
+
+A key that is missing or stale is loaded once however many requests ask for it meanwhile: they all
+wait for that one load. Without it, the moment an entry ran out every request in flight (64 at a
+time under load) ran the same query, and on PostgreSQL the read pool opened and closed connections
+for them on the event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
@@ -22,21 +28,36 @@ class TTLCache(Generic[K, V]):
         self.ttl = ttl
         self.max_entries = max_entries
         self._entries: dict[K, tuple[float, V]] = {}
+        self._loading: dict[K, asyncio.Task[V]] = {}
 
     async def get_or_load(self, key: K, load: Callable[[], Awaitable[V]]) -> V:
-        """The cached value, or `load()`'s (cached unless it raises, so errors are never remembered)."""
-        now = time.monotonic()
+        """The cached value, or `load()`'s (cached unless it raises, so errors are never remembered).
+        Callers that come while a key is loading wait for that load and get its value or its error."""
         entry = self._entries.get(key)
-        if entry is not None and entry[0] > now:
+        if entry is not None and entry[0] > time.monotonic():
             return entry[1]
-        value = await load()
+        task = self._loading.get(key)
+        if task is None:
+            task = asyncio.ensure_future(load())
+            self._loading[key] = task
+            task.add_done_callback(lambda done: self._loaded(key, done))
+        # A caller cancelled while it waits leaves the load to the others.
+        return await asyncio.shield(task)
+
+    def _loaded(self, key: K, task: asyncio.Task[V]) -> None:
+        if self._loading.get(key) is not task:
+            return  # discarded while it loaded: what it read may predate the change
+        del self._loading[key]
+        if task.cancelled() or task.exception() is not None:
+            return
         if len(self._entries) >= self.max_entries:
             self._entries.clear()  # crude, but bounded: a cache, not a store
-        self._entries[key] = (now + self.ttl, value)
-        return value
+        self._entries[key] = (time.monotonic() + self.ttl, task.result())
 
     def discard(self, key: K) -> None:
         self._entries.pop(key, None)
+        self._loading.pop(key, None)
 
     def clear(self) -> None:
         self._entries.clear()
+        self._loading.clear()
