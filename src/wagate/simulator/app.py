@@ -17,18 +17,39 @@ import gc
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from starlette.types import Receive, Scope, Send
 
 from wagate.simulator.control import build_control_router
 from wagate.simulator.control_customers import build_customer_router
-from wagate.simulator.graph import build_graph_router
+from wagate.simulator.graph import SendHandler, build_graph_router, build_send_handler
 from wagate.simulator.state import SimulatorConfig, SimulatorState
 from wagate.simulator.webhooks import WebhookSender
 
 
-def create_simulator_app(config: SimulatorConfig | None = None) -> FastAPI:
+class SimulatorApp(FastAPI):
+    """FastAPI, except for a send (`POST /{version}/{phone_number_id}/messages`), which goes straight
+    to its handler: every benchmark sends hundreds a second, and on a 2-core machine the CPU the
+    simulator spends in FastAPI's matching of its many routes and its layers around a route (a third
+    of each send's) is taken from the gateway under test (docs/performance.md)."""
+
+    send_handler: SendHandler | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.send_handler is not None and scope["type"] == "http" and scope["method"] == "POST":
+            # "", version, phone_number_id, "messages": as the route's path, whose segments are [^/]+
+            parts = scope["path"].split("/")
+            if len(parts) == 4 and parts[3] == "messages" and parts[1] and parts[2] and parts[1] != "_sim":
+                response = await self.send_handler(parts[2], Request(scope, receive))
+                await response(scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
+
+
+def create_simulator_app(config: SimulatorConfig | None = None) -> SimulatorApp:
     state = SimulatorState(config or SimulatorConfig())
     sender = WebhookSender(state)
+    send_handler = build_send_handler(state, sender)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -38,7 +59,7 @@ def create_simulator_app(config: SimulatorConfig | None = None) -> FastAPI:
             # Pending webhook tasks belong to this loop; stop them before it goes away.
             await sender.close()
 
-    app = FastAPI(
+    app = SimulatorApp(
         title="wagate Cloud API simulator",
         lifespan=lifespan,
         openapi_url=None,
@@ -48,7 +69,8 @@ def create_simulator_app(config: SimulatorConfig | None = None) -> FastAPI:
     # Control routes first: "/_sim/..." must never be taken for a Graph API version segment.
     app.include_router(build_control_router(state, sender))
     app.include_router(build_customer_router(state, sender))
-    app.include_router(build_graph_router(state, sender))
+    app.include_router(build_graph_router(state, sender, send_handler))
+    app.send_handler = send_handler
     # For code running in the simulator's own loop (e.g. the sandbox); other threads use /_sim/.
     app.state.simulator = state
     app.state.webhook_sender = sender

@@ -13,6 +13,7 @@ import logging
 import socket
 import struct
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 import orjson
@@ -83,11 +84,14 @@ _MAGIC_CONNECTION_FAULTS = {
 }
 
 
-def build_graph_router(state: SimulatorState, sender: WebhookSender) -> APIRouter:
-    router = APIRouter()
+SendHandler = Callable[[str, Request], Awaitable[Response]]
 
-    @router.post("/{version}/{phone_number_id}/messages")
-    async def send_message(version: str, phone_number_id: str, request: Request) -> Response:
+
+def build_send_handler(state: SimulatorState, sender: WebhookSender) -> SendHandler:
+    """`POST /{version}/{phone_number_id}/messages`: what the route does, given the number's id. The
+    app calls it past FastAPI's routing (see `SimulatorApp`), and the router registers it too."""
+
+    async def send_message(phone_number_id: str, request: Request) -> Response:
         try:
             check_bearer(request.headers.get("authorization"), state.config.access_tokens)
             raw_body = await request.body()
@@ -176,6 +180,16 @@ def build_graph_router(state: SimulatorState, sender: WebhookSender) -> APIRoute
                 "messages": [{"id": wamid, "message_status": "accepted"}],
             }
         )
+
+    return send_message
+
+
+def build_graph_router(state: SimulatorState, sender: WebhookSender, send: SendHandler) -> APIRouter:
+    router = APIRouter()
+
+    @router.post("/{version}/{phone_number_id}/messages")
+    async def send_message(version: str, phone_number_id: str, request: Request) -> Response:
+        return await send(phone_number_id, request)
 
     @router.get("/{version}/{waba_id}/message_templates")
     async def list_templates(version: str, waba_id: str, request: Request) -> Response:
