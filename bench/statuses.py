@@ -5,7 +5,10 @@ For each database:
    status webhooks off, so that nothing but this bench posts statuses;
 2. N messages sent through the API (bulk batches of 1000 on a 1000/s channel) and a wait until Meta
    (the simulator) has every one and the gateway has recorded every wamid: the state a status finds
-   in production, where Meta's answer comes long before its first status;
+   in production, where Meta's answer comes long before its first status.
+   On PostgreSQL the database is then analyzed (`ANALYZE`), as autovacuum does in a running deployment
+   within its minute: the statistics of a table that grew from empty in seconds would otherwise be
+   those of an empty table;
 3. Meta's three statuses of every message (`sent` with its conversation and pricing, `delivered`,
    `read`), one status per signed POST as Meta sends them under load, built here in Meta's format
    from the simulator's log (wamid, recipient, user id, our message id in `biz_opaque_callback_data`)
@@ -192,6 +195,17 @@ def wait_recorded(engine: Any, count: int, timeout: float = 60.0) -> None:
     raise RuntimeError(f"the gateway recorded {done} of {count} wamids in {timeout:.0f} s")
 
 
+def analyze(engine: Any) -> None:
+    """Give PostgreSQL's planner the statistics of the tables just loaded, as autovacuum does within
+    its minute in a running deployment. Without them it plans for the empty tables of a fresh
+    database: the lookups of a batch of statuses by number and by user id read every contact of the
+    account and compare each with the whole list (measured: 1,104 against 1,343-1,425 statuses a
+    second, PostgreSQL's CPU 0.45 against 0.28-0.29 ms a status)."""
+    with engine.connect() as connection:
+        connection.exec_driver_sql("ANALYZE")
+        connection.commit()
+
+
 def measure(
     settings: argparse.Namespace, backend: str, database_url: str | None, db_name: str | None
 ) -> dict:
@@ -208,6 +222,8 @@ def measure(
             log(f"{backend}: sending {count} messages")
             send_messages(stack, count)
             wait_recorded(engine, count)
+            if not sync_url.startswith("sqlite"):
+                analyze(engine)
             entries = stack.upstream_messages()
             now = int(time.time())
             bodies = [
