@@ -39,7 +39,22 @@ STEPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("dispatcher: pacing", ("outbox/limiter.py",)),
     ("dispatcher: leases", ("renew_leases", "_keep_leases")),
     ("dispatcher: record the outcome", ("record_outcomes", "ChannelLane._record", "outbox/recorder.py")),
-    ("dispatcher: build the request", ("whatsapp/client.py", "whatsapp/payloads.py", "send_payload")),
+    (
+        "dispatcher: build the request",
+        (
+            "whatsapp/client.py",
+            "send_payload",
+            # payloads.py's request builders; the rest of that module parses Meta's webhooks (below)
+            "_base_message (",
+            "text_message (",
+            "template_message (",
+            "text_parameter (",
+            "_component (",
+            "authentication_components (",
+            "SendResult.",
+        ),
+    ),
+    ("status webhooks: parse Meta's JSON", ("whatsapp/payloads.py",)),
     (
         "dispatcher: HTTP client",
         ("whatsapp/http1.py", "aiohttp/", "httpx/", "httpcore/", "h11/", "yarl/", "multidict/"),
@@ -54,7 +69,9 @@ STEPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "send: check and build (service)",
         ("messages/service.py", "messages/schemas.py", "messages/pricing.py"),
     ),
-    ("send: store rows (repository)", ("messages/repository.py", "conversations/")),
+    ("send: store rows (repository)", ("messages/repository.py",)),
+    # A send's contact and conversation upserts, and the customers a status teaches: both paths.
+    ("contacts and conversations", ("conversations/",)),
     ("send: endpoint and response", ("messages/endpoints.py", "wagate/responses.py", "wagate/deps.py")),
     ("units of work: batching and commit", ("wagate/db.py", "outbox/isolation.py")),
 )
