@@ -269,6 +269,19 @@ def test_single_sends_that_arrive_together_are_each_stored_and_sent_once(gateway
         lambda: all(len(gateway.sim.messages(to=n)) == numbers.count(n) for n in set(numbers)),
         what="each send at the simulator once",
     )
+    # Each message's conversation is with its own number, one conversation per number.
+    conversation_of = {}
+    for n, message_id in enumerate(ids):
+        [(number, conversation_id)] = sql(
+            gateway.database_url,
+            "SELECT c.phone_number, m.conversation_id FROM messages m"
+            " JOIN conversations v ON v.id = m.conversation_id JOIN contacts c ON c.id = v.contact_id"
+            " WHERE m.id = :id",
+            id=message_id,
+        )
+        assert number == numbers[n]
+        assert conversation_of.setdefault(number, conversation_id) == conversation_id
+    assert len(set(conversation_of.values())) == len(set(numbers))
     # They were stored together: a batch's rows share its moment.
     created = Counter(
         sql(gateway.database_url, "SELECT created_at FROM messages WHERE id = :id", id=message_id)[0][0]

@@ -7,7 +7,7 @@ from datetime import datetime
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Select, func, select, tuple_
+from sqlalchemy import Select, bindparam, func, null, select, tuple_
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
@@ -49,26 +49,91 @@ def _insert(session: Session, model: type[Base]):  # type: ignore[no-untyped-def
     return insert(table_of(model))
 
 
+def _contact_upsert(statement: Any) -> Any:
+    """A send's contact: made when new, its id (and number) returned either way."""
+    contacts = table_of(Contact)
+    return statement.on_conflict_do_update(
+        index_elements=[contacts.c.account_id, contacts.c.phone_number],
+        set_={"name": func.coalesce(statement.excluded.name, contacts.c.name)},
+    ).returning(contacts.c.id, contacts.c.phone_number)
+
+
+def _conversation_upsert(statement: Any) -> Any:
+    """A send's conversation: made when new, else given the send's status and time; its id returned."""
+    conversations = table_of(Conversation)
+    return statement.on_conflict_do_update(
+        index_elements=[conversations.c.channel_id, conversations.c.contact_id],
+        set_={
+            "status": statement.excluded.status,
+            "last_activity_at": statement.excluded.last_activity_at,
+        },
+    ).returning(conversations.c.id, conversations.c.contact_id)
+
+
 @cache
 def _upserts(dialect: str) -> tuple[Any, Any]:
     """The two statements every send runs, built once per dialect; values come at execution, so
     SQLAlchemy's compiled-statement cache serves them."""
     insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    return _contact_upsert(insert(table_of(Contact))), _conversation_upsert(insert(table_of(Conversation)))
+
+
+@cache
+def _contacts_and_conversations() -> Any:
+    """PostgreSQL: both upserts of `_upserts` in one statement (a data-modifying CTE feeds the
+    contacts' ids to the conversations' insert), for numbers given as one array: one round trip
+    instead of two, and the same text for any number of sends, so it is parsed and planned once."""
     contacts, conversations = table_of(Contact), table_of(Conversation)
-    contact = insert(contacts)
-    conversation = insert(conversations)
-    contact_upsert = contact.on_conflict_do_update(
-        index_elements=[contacts.c.account_id, contacts.c.phone_number],
-        set_={"name": func.coalesce(contact.excluded.name, contacts.c.name)},
-    ).returning(contacts.c.id, contacts.c.phone_number)
-    conversation_upsert = conversation.on_conflict_do_update(
-        index_elements=[conversations.c.channel_id, conversations.c.contact_id],
-        set_={
-            "status": conversation.excluded.status,
-            "last_activity_at": conversation.excluded.last_activity_at,
+    account_id = bindparam("account_id", type_=contacts.c.account_id.type)
+    now = bindparam("now", type_=conversations.c.last_activity_at.type)
+    numbers = func.unnest(bindparam("numbers", type_=postgresql.ARRAY(contacts.c.phone_number.type)))
+    number = numbers.column_valued("number")
+    new_contacts = select(account_id, number, null(), now)
+    contact = _contact_upsert(
+        postgresql.insert(contacts).from_select(
+            ["account_id", "phone_number", "name", "created_at"], new_contacts
+        )
+    ).cte("contact")
+    new_conversations = select(
+        account_id,
+        bindparam("channel_id", type_=conversations.c.channel_id.type),
+        contact.c.id,
+        bindparam("status", type_=conversations.c.status.type),
+        now,
+        now,
+    ).select_from(contact)
+    conversation = _conversation_upsert(
+        postgresql.insert(conversations).from_select(
+            ["account_id", "channel_id", "contact_id", "status", "last_activity_at", "created_at"],
+            new_conversations,
+        )
+    ).cte("conversation")
+    return select(contact.c.phone_number, contact.c.id, conversation.c.id).join_from(
+        contact, conversation, conversation.c.contact_id == contact.c.id
+    )
+
+
+def contacts_and_conversations_of_numbers(
+    session: Session,
+    *,
+    account_id: int,
+    channel_id: int,
+    phone_numbers: list[str],
+    status: ConversationStatus,
+) -> dict[str, tuple[int, int]]:
+    """PostgreSQL: `contacts_of_numbers` then `touch_after_sends` for these numbers (each once), in one
+    statement: number -> (contact id, conversation id)."""
+    rows = session.connection().execute(
+        _contacts_and_conversations(),
+        {
+            "account_id": account_id,
+            "channel_id": channel_id,
+            "numbers": phone_numbers,
+            "status": status,
+            "now": utcnow(),
         },
-    ).returning(conversations.c.id, conversations.c.contact_id)
-    return contact_upsert, conversation_upsert
+    )
+    return {number: (contact_id, conversation_id) for number, contact_id, conversation_id in rows}
 
 
 def get_or_create_conversation(

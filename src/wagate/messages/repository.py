@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from wagate.conversations.models import Conversation, ConversationStatus
 from wagate.conversations.repository import (
+    contacts_and_conversations_of_numbers,
     contacts_of_numbers,
     contacts_of_user_ids,
     statuses_before,
@@ -59,23 +60,37 @@ def store_sends(
     now = utcnow()
     first = sends[0]
     account_id, channel_id, subscriptions = first.account_id, first.channel_id, first.subscriptions
-    contact_of = _contacts_of(session, sends)
-    contact_ids = [contact_of[send.message_id] for send in sends]
     conversation_status = status_after_send(first.conversation_status)
     conversation_webhooks = subscriptions.webhooks(account_id, EventKind.conversation_status_changed)
     previous: dict[int, str] = {}
-    if conversation_webhooks:  # only then is the status before the send worth a query
-        previous = statuses_before(session, channel_id=channel_id, contact_ids=contact_ids)
-    conversation_of_contact = touch_after_sends(
-        session,
-        account_id=account_id,
-        channel_id=channel_id,
-        contact_ids=contact_ids,
-        status=conversation_status,
-    )
-    conversation_of = {
-        send.message_id: conversation_of_contact[contact_of[send.message_id]] for send in sends
-    }
+    contact_of: dict[str, int] = {}
+    conversation_of: dict[str, int] = {}
+    by_number_alone = all(send.contact_id is None and send.phone_number is not None for send in sends)
+    if by_number_alone and not conversation_webhooks and dialect_name(session) == "postgresql":
+        # Both upserts in one round trip (the writer waits on each: see docs/performance.md).
+        both = contacts_and_conversations_of_numbers(
+            session,
+            account_id=account_id,
+            channel_id=channel_id,
+            phone_numbers=list(dict.fromkeys(send.phone_number or "" for send in sends)),
+            status=conversation_status,
+        )
+        for send in sends:
+            contact_of[send.message_id], conversation_of[send.message_id] = both[send.phone_number or ""]
+    else:
+        contact_of = _contacts_of(session, sends)
+        contact_ids = [contact_of[send.message_id] for send in sends]
+        if conversation_webhooks:  # only then is the status before the send worth a query
+            previous = statuses_before(session, channel_id=channel_id, contact_ids=contact_ids)
+        conversation_of_contact = touch_after_sends(
+            session,
+            account_id=account_id,
+            channel_id=channel_id,
+            contact_ids=contact_ids,
+            status=conversation_status,
+        )
+        for send in sends:
+            conversation_of[send.message_id] = conversation_of_contact[contact_of[send.message_id]]
     # Core statements built once, with values at execution: this runs for every accepted message,
     # and the ORM's unit of work (or a statement compiled anew) costs more than the SQL itself.
     connection = session.connection()
