@@ -45,10 +45,12 @@ class TTLCache(Generic[K, V]):
         return await asyncio.shield(task)
 
     def _loaded(self, key: K, task: asyncio.Task[V]) -> None:
+        # Read here, an error is never reported as unretrieved when no caller was left to get it.
+        failed = task.cancelled() or task.exception() is not None
         if self._loading.get(key) is not task:
             return  # discarded while it loaded: what it read may predate the change
         del self._loading[key]
-        if task.cancelled() or task.exception() is not None:
+        if failed:
             return
         if len(self._entries) >= self.max_entries:
             self._entries.clear()  # crude, but bounded: a cache, not a store
