@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import bindparam, delete, or_, select
+from sqlalchemy import Select, any_, bindparam, delete, or_, select
 from sqlalchemy.orm import Session
 
 from wagate.channels.models import Channel
@@ -222,16 +222,30 @@ _PARKED_FOR = select(_parked.c.id, _parked.c.channel_id, _parked.c.payload).wher
 _UNPARK = delete(_parked).where(_parked.c.id.in_(bindparam("ids", expanding=True)))
 
 
+def parked_statuses_for(wamids: Any) -> Select[Any]:
+    """The statuses parked for these wamids (an expression: a statement of the caller's may find
+    them in the same round trip as its own work); rows for `apply_parked_rows`."""
+    return select(_parked.c.id, _parked.c.channel_id, _parked.c.payload).where(
+        _parked.c.upstream_message_id == any_(wamids)
+    )
+
+
 def apply_parked_statuses(
     session: Session, wamids: list[str], *, prices: Prices | None = None
 ) -> StatusesApplied:
     """Statuses that came before their send result: apply them now that the wamid is known. Asked
     after every round of send results, almost always of none: the statements are built once."""
-    connection = session.connection()
-    parked = connection.execute(_PARKED_FOR, {"wamids": wamids}).all()
+    parked = session.connection().execute(_PARKED_FOR, {"wamids": wamids}).all()
+    return apply_parked_rows(session, parked, prices=prices)
+
+
+def apply_parked_rows(
+    session: Session, parked: Sequence[Any], *, prices: Prices | None = None
+) -> StatusesApplied:
+    """Apply the parked statuses read by `_PARKED_FOR` or `parked_statuses_for`, and unpark them."""
     if not parked:
         return StatusesApplied()
-    connection.execute(_UNPARK, {"ids": [row.id for row in parked]})
+    session.connection().execute(_UNPARK, {"ids": [row.id for row in parked]})
     updates = [(row.channel_id, StatusUpdate.from_dict(row.payload)) for row in parked]
     return apply_status_payloads(session, updates, park_unknown=False, prices=prices)
 
