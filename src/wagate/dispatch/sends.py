@@ -289,7 +289,7 @@ def record_outcomes(
                 "jobs": finished,
             },
         )
-        finished = []
+        finished = []  # deleted by that statement
         parked = apply_parked_rows(session, rows.all(), prices=prices)
         changes += parked.changes
         settle_sends(session, parked.settled)
