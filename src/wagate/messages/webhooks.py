@@ -216,7 +216,9 @@ def _learn_recipient(message: MessageRecord, update: StatusUpdate) -> None:
 
 
 _parked = table_of(ParkedStatus)
-_PARKED_FOR = select(_parked.c.id, _parked.c.channel_id, _parked.c.payload).where(
+# What `apply_parked_rows` reads of a parked status.
+_PARKED_COLUMNS = (_parked.c.id, _parked.c.channel_id, _parked.c.payload)
+_PARKED_FOR = select(*_PARKED_COLUMNS).where(
     _parked.c.upstream_message_id.in_(bindparam("wamids", expanding=True))
 )
 _UNPARK = delete(_parked).where(_parked.c.id.in_(bindparam("ids", expanding=True)))
@@ -225,9 +227,7 @@ _UNPARK = delete(_parked).where(_parked.c.id.in_(bindparam("ids", expanding=True
 def parked_statuses_for(wamids: Any) -> Select[Any]:
     """The statuses parked for these wamids (an expression: a statement of the caller's may find
     them in the same round trip as its own work); rows for `apply_parked_rows`."""
-    return select(_parked.c.id, _parked.c.channel_id, _parked.c.payload).where(
-        _parked.c.upstream_message_id == any_(wamids)
-    )
+    return select(*_PARKED_COLUMNS).where(_parked.c.upstream_message_id == any_(wamids))
 
 
 def apply_parked_statuses(
