@@ -375,6 +375,19 @@ def throwaway_postgres_database(
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+def analyze_postgres(database: str, admin_url: str = POSTGRES_ADMIN_URL) -> None:
+    """`ANALYZE` the bench database: give PostgreSQL's planner the statistics of tables that grew from
+    empty in seconds, as autovacuum does within its first minute in a running deployment. Without
+    them it plans for empty tables, and keeps those plans for the statements psycopg prepared
+    (ANALYZE invalidates them): a send's result set its wamid by reading every message (a sequential
+    scan), a status batch compared every contact with the whole list. Measured in docs/performance.md
+    ("A fresh database's plans")."""
+    import psycopg
+
+    with psycopg.connect(_plain(admin_url).rsplit("/", 1)[0] + f"/{database}", autocommit=True) as conn:
+        conn.execute("ANALYZE")
+
+
 def postgres_backend_pids(database: str, admin_url: str = POSTGRES_ADMIN_URL) -> list[int]:
     """Server processes serving connections to `database` right now (for CPU accounting)."""
     import psycopg

@@ -36,6 +36,7 @@ from common import (
     CPU_COUNT,
     PYTHON,
     ManagedProcess,
+    analyze_postgres,
     cpu_snapshot,
     cpu_usage,
     free_port,
@@ -396,6 +397,8 @@ def measure_gateway(
         accepted_total += len(warm.ok)
         settle("warm-up")
         check_alive()
+        if db_name is not None:
+            analyze_postgres(db_name)
 
         # (b) open loop at a fixed rate: accept -> upstream.
         machine = quiet(settings, all_pids())

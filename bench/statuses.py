@@ -44,6 +44,7 @@ from typing import Any
 import orjson
 from common import (
     CPU_COUNT,
+    analyze_postgres,
     cpu_snapshot,
     cpu_usage,
     http_json,
@@ -195,17 +196,6 @@ def wait_recorded(engine: Any, count: int, timeout: float = 60.0) -> None:
     raise RuntimeError(f"the gateway recorded {done} of {count} wamids in {timeout:.0f} s")
 
 
-def analyze(engine: Any) -> None:
-    """Give PostgreSQL's planner the statistics of the tables just loaded, as autovacuum does within
-    its minute in a running deployment. Without them it plans for the empty tables of a fresh
-    database: the lookups of a batch of statuses by number and by user id read every contact of the
-    account and compare each with the whole list (measured: 1,104 against 1,343-1,425 statuses a
-    second, PostgreSQL's CPU 0.45 against 0.28-0.29 ms a status)."""
-    with engine.connect() as connection:
-        connection.exec_driver_sql("ANALYZE")
-        connection.commit()
-
-
 def measure(
     settings: argparse.Namespace, backend: str, database_url: str | None, db_name: str | None
 ) -> dict:
@@ -222,8 +212,8 @@ def measure(
             log(f"{backend}: sending {count} messages")
             send_messages(stack, count)
             wait_recorded(engine, count)
-            if not sync_url.startswith("sqlite"):
-                analyze(engine)
+            if db_name is not None:
+                analyze_postgres(db_name)
             entries = stack.upstream_messages()
             now = int(time.time())
             bodies = [

@@ -43,6 +43,7 @@ from typing import Any, Generic, TypeVar, cast
 import orjson
 from psycopg import _queries
 from sqlalchemy import (
+    JSON,
     BigInteger,
     Connection,
     DateTime,
@@ -50,13 +51,17 @@ from sqlalchemy import (
     Integer,
     MetaData,
     Table,
+    bindparam,
     create_engine,
     event,
+    func,
+    literal_column,
 )
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Session
+from sqlalchemy.sql.selectable import TableValuedAlias
 from sqlalchemy.types import TypeDecorator
 
 log = logging.getLogger(__name__)
@@ -126,6 +131,18 @@ class Base(DeclarativeBase):
 def table_of(model: type[Base]) -> Table:
     """A model's table, for Core statements on hot paths (no ORM unit of work)."""
     return cast(Table, model.__table__)
+
+
+def rows_from_json(table: Table, parameter: str) -> TableValuedAlias:
+    """PostgreSQL: rows of `table` given as one JSON array of objects keyed by column (the parameter
+    `parameter`; a missing key is NULL), as a table to insert from, numbered in their order
+    (`ordinality`). One parameter, written by orjson and read by PostgreSQL, both in C: an array per
+    column costs the driver a Python loop per value. And the statement's text is the same for any
+    number of rows, so PostgreSQL parses and plans it once."""
+    rows = func.json_populate_recordset(
+        literal_column(f"NULL::{table.name}"), bindparam(parameter, type_=JSON)
+    )
+    return rows.table_valued(*(column.name for column in table.c), with_ordinality="ordinality")
 
 
 def utcnow() -> datetime:

@@ -79,10 +79,12 @@ def _upserts(dialect: str) -> tuple[Any, Any]:
 
 
 @cache
-def _contacts_and_conversations() -> Any:
+def contacts_and_conversations() -> Select[Any]:
     """PostgreSQL: both upserts of `_upserts` in one statement (a data-modifying CTE feeds the
     contacts' ids to the conversations' insert), for numbers given as one array: one round trip
-    instead of two, and the same text for any number of sends, so it is parsed and planned once."""
+    instead of two, and the same text for any number of sends, so it is parsed and planned once.
+    Rows: (phone_number, contact id, conversation id); parameters: account_id, channel_id, numbers
+    (each once: one statement cannot update a row twice), status, now."""
     contacts, conversations = table_of(Contact), table_of(Conversation)
     account_id = bindparam("account_id", type_=contacts.c.account_id.type)
     now = bindparam("now", type_=conversations.c.last_activity_at.type)
@@ -108,32 +110,9 @@ def _contacts_and_conversations() -> Any:
             new_conversations,
         )
     ).cte("conversation")
-    return select(contact.c.phone_number, contact.c.id, conversation.c.id).join_from(
-        contact, conversation, conversation.c.contact_id == contact.c.id
-    )
-
-
-def contacts_and_conversations_of_numbers(
-    session: Session,
-    *,
-    account_id: int,
-    channel_id: int,
-    phone_numbers: list[str],
-    status: ConversationStatus,
-) -> dict[str, tuple[int, int]]:
-    """PostgreSQL: `contacts_of_numbers` then `touch_after_sends` for these numbers (each once), in one
-    statement: number -> (contact id, conversation id)."""
-    rows = session.connection().execute(
-        _contacts_and_conversations(),
-        {
-            "account_id": account_id,
-            "channel_id": channel_id,
-            "numbers": phone_numbers,
-            "status": status,
-            "now": utcnow(),
-        },
-    )
-    return {number: (contact_id, conversation_id) for number, contact_id, conversation_id in rows}
+    return select(
+        contact.c.phone_number, contact.c.id.label("contact_id"), conversation.c.id.label("conversation_id")
+    ).join_from(contact, conversation, conversation.c.contact_id == contact.c.id)
 
 
 def get_or_create_conversation(

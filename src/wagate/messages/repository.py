@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cache
 from typing import Any
 
 from sqlalchemy import ColumnElement, Select, case, func, insert, select, tuple_, union_all
@@ -15,14 +16,14 @@ from sqlalchemy.orm import Session
 
 from wagate.conversations.models import Conversation, ConversationStatus
 from wagate.conversations.repository import (
-    contacts_and_conversations_of_numbers,
+    contacts_and_conversations,
     contacts_of_numbers,
     contacts_of_user_ids,
     statuses_before,
     touch_after_sends,
 )
 from wagate.conversations.service import status_after_send
-from wagate.db import dialect_name, isoformat, table_of, utcnow
+from wagate.db import dialect_name, isoformat, rows_from_json, table_of, utcnow
 from wagate.events.models import EventKind
 from wagate.events.publish import ConversationChange, publish_conversation_changes
 from wagate.live import LiveChange, LiveKind, record_live
@@ -62,40 +63,6 @@ def store_sends(
     account_id, channel_id, subscriptions = first.account_id, first.channel_id, first.subscriptions
     conversation_status = status_after_send(first.conversation_status)
     conversation_webhooks = subscriptions.webhooks(account_id, EventKind.conversation_status_changed)
-    previous: dict[int, str] = {}
-    contact_of: dict[str, int] = {}
-    conversation_of: dict[str, int] = {}
-    by_number_alone = all(send.contact_id is None and send.phone_number is not None for send in sends)
-    if by_number_alone and not conversation_webhooks and dialect_name(session) == "postgresql":
-        # Both upserts in one round trip (the writer waits on each: see docs/performance.md).
-        both = contacts_and_conversations_of_numbers(
-            session,
-            account_id=account_id,
-            channel_id=channel_id,
-            phone_numbers=list(dict.fromkeys(send.phone_number or "" for send in sends)),
-            status=conversation_status,
-        )
-        for send in sends:
-            contact_of[send.message_id], conversation_of[send.message_id] = both[send.phone_number or ""]
-    else:
-        contact_of = _contacts_of(session, sends)
-        contact_ids = [contact_of[send.message_id] for send in sends]
-        if conversation_webhooks:  # only then is the status before the send worth a query
-            previous = statuses_before(session, channel_id=channel_id, contact_ids=contact_ids)
-        conversation_of_contact = touch_after_sends(
-            session,
-            account_id=account_id,
-            channel_id=channel_id,
-            contact_ids=contact_ids,
-            status=conversation_status,
-        )
-        for send in sends:
-            conversation_of[send.message_id] = conversation_of_contact[contact_of[send.message_id]]
-    # Core statements built once, with values at execution: this runs for every accepted message,
-    # and the ORM's unit of work (or a statement compiled anew) costs more than the SQL itself.
-    connection = session.connection()
-    message_rows = [_message_row(send, conversation_of[send.message_id], now) for send in sends]
-    connection.execute(_INSERT_MESSAGE, message_rows)
     outbox_rows = [
         outbox_row(
             JobKind.send_message,
@@ -111,13 +78,59 @@ def store_sends(
         )
         for send, claim in zip(sends, claims or [None] * len(sends), strict=True)
     ]
+    previous: dict[int, str] = {}
+    contact_of: dict[str, int] = {}
+    conversation_of: dict[str, int] = {}
     job_ids: list[int] = []
-    if not ids:
-        connection.execute(_INSERT_OUTBOX, outbox_rows)
-    elif len(outbox_rows) == 1:
-        job_ids.append(connection.execute(_INSERT_OUTBOX_RETURNING_ID, outbox_rows[0]).scalar_one())
+    connection = session.connection()
+    by_number_alone = all(send.contact_id is None and send.phone_number is not None for send in sends)
+    if by_number_alone and not conversation_webhooks and dialect_name(session) == "postgresql":
+        # Everything in one round trip: the writer waits on each statement, and a wait costs more
+        # than the statement (docs/performance.md, "Round trips").
+        message_rows = [_message_row(send, None, now) for send in sends]
+        stored = connection.execute(
+            _sends_by_number(),
+            {
+                "account_id": account_id,
+                "channel_id": channel_id,
+                "numbers": list(dict.fromkeys(send.phone_number or "" for send in sends)),
+                "status": conversation_status,
+                "now": now,
+                "messages": message_rows,
+                "jobs": outbox_rows,
+            },
+        )
+        job_of: dict[str, int] = {}
+        for message_id, conversation_id, job_id in stored:
+            conversation_of[message_id], job_of[message_id] = conversation_id, job_id
+        for row in message_rows:
+            row["conversation_id"] = conversation_of[row["id"]]
+        if ids:
+            job_ids = [job_of[send.message_id] for send in sends]
     else:
-        job_ids += connection.execute(_INSERT_OUTBOX_RETURNING_IDS, outbox_rows).scalars()
+        contact_of = _contacts_of(session, sends)
+        contact_ids = [contact_of[send.message_id] for send in sends]
+        if conversation_webhooks:  # only then is the status before the send worth a query
+            previous = statuses_before(session, channel_id=channel_id, contact_ids=contact_ids)
+        conversation_of_contact = touch_after_sends(
+            session,
+            account_id=account_id,
+            channel_id=channel_id,
+            contact_ids=contact_ids,
+            status=conversation_status,
+        )
+        for send in sends:
+            conversation_of[send.message_id] = conversation_of_contact[contact_of[send.message_id]]
+        # Core statements built once, with values at execution: this runs for every accepted
+        # message, and the ORM's unit of work (or a statement compiled anew) costs more than the SQL.
+        message_rows = [_message_row(send, conversation_of[send.message_id], now) for send in sends]
+        connection.execute(_INSERT_MESSAGE, message_rows)
+        if not ids:
+            connection.execute(_INSERT_OUTBOX, outbox_rows)
+        elif len(outbox_rows) == 1:
+            job_ids.append(connection.execute(_INSERT_OUTBOX_RETURNING_ID, outbox_rows[0]).scalar_one())
+        else:
+            job_ids += connection.execute(_INSERT_OUTBOX_RETURNING_IDS, outbox_rows).scalars()
     reports = [
         (send.message_id, send.status_callback["after_seconds"])
         for send in sends
@@ -159,6 +172,41 @@ def store_sends(
     if notify_others:
         notify_outbox(session, channel_id)
     return job_ids
+
+
+@cache
+def _sends_by_number() -> Select[Any]:
+    """PostgreSQL: what `store_sends` writes for sends by number, in one statement: the contacts and
+    conversations (`contacts_and_conversations`), the messages (each given its number's
+    conversation) and the outbox rows (in the sends' order, so their ids are), from the rows as
+    JSON (`rows_from_json`). Rows: (message id, conversation id, outbox id) of each send."""
+    messages, outbox = table_of(Message), table_of(OutboxJob)
+    of_number = contacts_and_conversations().cte("of_number")
+    sends = select(rows_from_json(messages, "messages")).cte("sends")
+    message_columns = [column.name for column in messages.c if column.name != "conversation_id"]
+    stored = insert(messages).from_select(
+        [*message_columns, "conversation_id"],
+        select(*(sends.c[name] for name in message_columns), of_number.c.conversation_id).join_from(
+            sends, of_number, of_number.c.phone_number == sends.c.phone_number
+        ),
+    )
+    jobs = rows_from_json(outbox, "jobs")
+    outbox_columns = [column.name for column in outbox.c if column.name != "id"]
+    queued = (
+        insert(outbox)
+        .from_select(
+            outbox_columns,
+            select(*(jobs.c[name] for name in outbox_columns)).order_by(jobs.c.ordinality),
+        )
+        .returning(outbox.c.id, outbox.c.message_id)
+        .cte("queued")
+    )
+    return (
+        select(sends.c.id, of_number.c.conversation_id, queued.c.id)
+        .join_from(sends, of_number, of_number.c.phone_number == sends.c.phone_number)
+        .join(queued, queued.c.message_id == sends.c.id)
+        .add_cte(stored.cte("stored"))
+    )
 
 
 def send_payload(send: PreparedSend) -> dict[str, Any]:
@@ -203,7 +251,7 @@ def _contacts_of(session: Session, sends: list[PreparedSend]) -> dict[str, int]:
     return contact_of
 
 
-def _message_row(send: PreparedSend, conversation_id: int, now: datetime) -> dict[str, Any]:
+def _message_row(send: PreparedSend, conversation_id: int | None, now: datetime) -> dict[str, Any]:
     template = send.template.template if send.template else None
     return {
         "id": send.message_id,
