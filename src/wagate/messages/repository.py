@@ -34,10 +34,10 @@ from wagate.outbox.notify import notify_outbox
 
 _INSERT_MESSAGE = insert(table_of(Message))
 _INSERT_OUTBOX = insert(table_of(OutboxJob))
-_INSERT_OUTBOX_RETURNING_ID = _INSERT_OUTBOX.returning(table_of(OutboxJob).c.id)
-# Several rows' ids, in the order of their rows (SQLAlchemy's multi-row INSERT ... RETURNING).
+# Each row's id with its message's (one per send): matched by message, not by order, because
+# SQLAlchemy can only keep the rows' order on SQLite by inserting them one statement each.
 _INSERT_OUTBOX_RETURNING_IDS = _INSERT_OUTBOX.returning(
-    table_of(OutboxJob).c.id, sort_by_parameter_order=True
+    table_of(OutboxJob).c.id, table_of(OutboxJob).c.message_id
 )
 
 
@@ -81,7 +81,7 @@ def store_sends(
     previous: dict[int, str] = {}
     contact_of: dict[str, int] = {}
     conversation_of: dict[str, int] = {}
-    job_ids: list[int] = []
+    job_of: dict[str, int] = {}  # outbox id by message id, when `ids` asks for them
     connection = session.connection()
     by_number_alone = all(send.contact_id is None and send.phone_number is not None for send in sends)
     if by_number_alone and not conversation_webhooks and dialect_name(session) == "postgresql":
@@ -100,13 +100,10 @@ def store_sends(
                 "jobs": outbox_rows,
             },
         )
-        job_of: dict[str, int] = {}
         for message_id, conversation_id, job_id in stored:
             conversation_of[message_id], job_of[message_id] = conversation_id, job_id
         for row in message_rows:
             row["conversation_id"] = conversation_of[row["id"]]
-        if ids:
-            job_ids = [job_of[send.message_id] for send in sends]
     else:
         contact_of = _contacts_of(session, sends)
         contact_ids = [contact_of[send.message_id] for send in sends]
@@ -127,10 +124,9 @@ def store_sends(
         connection.execute(_INSERT_MESSAGE, message_rows)
         if not ids:
             connection.execute(_INSERT_OUTBOX, outbox_rows)
-        elif len(outbox_rows) == 1:
-            job_ids.append(connection.execute(_INSERT_OUTBOX_RETURNING_ID, outbox_rows[0]).scalar_one())
         else:
-            job_ids += connection.execute(_INSERT_OUTBOX_RETURNING_IDS, outbox_rows).scalars()
+            for job_id, message_id in connection.execute(_INSERT_OUTBOX_RETURNING_IDS, outbox_rows):
+                job_of[message_id] = job_id
     reports = [
         (send.message_id, send.status_callback["after_seconds"])
         for send in sends
@@ -171,7 +167,7 @@ def store_sends(
         publish_conversation_changes(session, changes, subscriptions)
     if notify_others:
         notify_outbox(session, channel_id)
-    return job_ids
+    return [job_of[send.message_id] for send in sends] if ids else []
 
 
 @cache
