@@ -9,7 +9,7 @@ STAMP = $(VENV)/.installed-stamp
 TOOLS ?= .venv-tools
 TOOLS_STAMP = $(TOOLS)/.installed-stamp
 
-.PHONY: sandbox test lint bench bench-send bench-statuses bench-events bench-bulk bench-floor bench-scale install fuzz
+.PHONY: sandbox test lint bench bench-send bench-statuses bench-events bench-bulk bench-floor bench-scale bench-backlog install fuzz
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -62,6 +62,10 @@ bench-bulk: $(STAMP)
 # The floor under the accepted-send ratio: no framework, the driver alone (docs/performance.md).
 bench-floor: $(STAMP)
 	$(BIN)/python bench/floor.py
+
+# A lane's claim behind a channel's bulk backlog of 1,000-300,000 rows (docs/performance.md).
+bench-backlog: $(STAMP)
+	$(BIN)/python bench/backlog.py
 
 # Scale-out on PostgreSQL (1-3 API processes, 1-2 workers; docs/performance.md).
 bench-scale: $(STAMP)

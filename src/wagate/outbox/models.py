@@ -55,7 +55,8 @@ class OutboxJob(Base):
 
     __tablename__ = "outbox"
     __table_args__ = (
-        Index("ix_outbox_due", "channel_id", "state", "priority", "run_at"),
+        # A channel's due sends in the order a claim takes them (migration 0015).
+        Index("ix_outbox_due", "channel_id", "state", "priority", "id"),
         Index("ix_outbox_kind_due", "kind", "run_at"),
         Index("ix_outbox_ordering", "ordering_key", "id"),
     )

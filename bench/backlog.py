@@ -1,0 +1,123 @@
+"""A lane's claim behind a channel's bulk backlog: how long taking the next sends takes as the queue grows.
+
+A channel may queue `WAGATE_BULK_BACKLOG_MAX_SECONDS` (4 h) of bulk sends at its rate: at 80/s that is
+1.15 million outbox rows, and its lane claims the next few many times a second. For each backlog
+size and database this script:
+
+1. makes a fresh database (`wagate migrate`; PostgreSQL: a throwaway database on 127.0.0.1:5432),
+2. fills the outbox with that many due bulk sends of one channel and runs `ANALYZE` (as autovacuum
+   does in a running deployment),
+3. times `claim_sends` (the lane's own function: 25 rows, best priority first, then by id) `--claims`
+   times, each in a transaction rolled back so the backlog stays the same; p50 / p90 in ms.
+
+    .venv/bin/python bench/backlog.py [--sizes 1000,100000,300000] [--backends sqlite,postgresql]
+
+docs/performance.md ("A claim behind a backlog") records a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import (
+    latency_summary_ms,
+    postgres_available,
+    run_command,
+    throwaway_postgres_database,
+    utc_stamp,
+    wagate_command,
+)
+from sqlalchemy import create_engine, text
+from sqlalchemy.orm import Session
+
+from wagate.dispatch.sends import claim_sends
+
+CLAIM_SIZE = 25
+
+# One statement per backlog: the rows a bulk batch leaves (priority 1, due, unclaimed) for channel 1.
+FILL_POSTGRES = """
+INSERT INTO outbox (kind, state, priority, channel_id, account_id, message_id, payload, run_at,
+                    attempts, created_at)
+SELECT 'send_message', 'ready', 1, 1, 1, 'msg_' || g, '{"body": {"to": "994551234567"}}',
+       now() - interval '1 hour', 0, now()
+FROM generate_series(1, :rows) AS g
+"""
+FILL_SQLITE = """
+WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < :rows)
+INSERT INTO outbox (kind, state, priority, channel_id, account_id, message_id, payload, run_at,
+                    attempts, created_at)
+SELECT 'send_message', 'ready', 1, 1, 1, 'msg_' || n, '{"body": {"to": "994551234567"}}',
+       datetime('now', '-1 hour'), 0, datetime('now')
+FROM g
+"""
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--sizes", default="1000,100000,300000", help="backlog sizes, comma-separated")
+    parser.add_argument("--backends", default="sqlite,postgresql")
+    parser.add_argument("--claims", type=int, default=30, help="claims timed per size")
+    return parser.parse_args(argv)
+
+
+def measure(url: str, sync_url: str, sizes: list[int], claims: int) -> list[dict]:
+    run_command([*wagate_command(), "migrate"], env={**os.environ, "WAGATE_DATABASE_URL": url})
+    engine = create_engine(sync_url)
+    fill = FILL_SQLITE if sync_url.startswith("sqlite") else FILL_POSTGRES
+    rows: list[dict] = []
+    filled = 0
+    try:
+        for size in sizes:
+            with engine.begin() as connection:
+                connection.execute(text(fill), {"rows": size - filled})
+                connection.execute(text("DELETE FROM outbox WHERE id > :size"), {"size": size})
+            filled = size
+            with engine.begin() as connection:
+                connection.execute(text("ANALYZE"))
+            seconds = []
+            for _ in range(claims):
+                with Session(engine) as session:
+                    started = time.perf_counter()
+                    taken = claim_sends(
+                        session, channel_id=1, limit=CLAIM_SIZE, worker_id="bench", lease_seconds=30
+                    )
+                    seconds.append(time.perf_counter() - started)
+                    session.rollback()
+                if len(taken) != min(CLAIM_SIZE, size):
+                    raise RuntimeError(f"a claim took {len(taken)} rows of a backlog of {size}")
+            rows.append({"backlog": size, **latency_summary_ms(seconds)})
+    finally:
+        engine.dispose()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    settings = parse_args(argv)
+    sizes = sorted(int(s) for s in settings.sizes.split(","))
+    print(f"claims behind a backlog, {utc_stamp()}: {CLAIM_SIZE} rows each, {settings.claims} claims a size")
+    print(f"{'database':<12} {'backlog':>9} {'p50 ms':>8} {'p90 ms':>8}")
+    for backend in settings.backends.split(","):
+        if backend == "sqlite":
+            with tempfile.TemporaryDirectory(prefix="wagate-backlog-") as tmp:
+                path = Path(tmp) / "backlog.db"
+                results = measure(f"sqlite+aiosqlite:///{path}", f"sqlite:///{path}", sizes, settings.claims)
+        elif backend == "postgresql" and postgres_available():
+            with throwaway_postgres_database() as (url, _name):
+                results = measure(url, url, sizes, settings.claims)
+        else:
+            print(f"{backend:<12} skipped: no database at 127.0.0.1:5432", file=sys.stderr)
+            continue
+        for row in results:
+            print(f"{backend:<12} {row['backlog']:>9} {row['p50_ms']:>8.2f} {row['p90_ms']:>8.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
