@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
+from itertools import islice, takewhile
 
 from sqlalchemy.orm import Session
 
@@ -58,6 +59,10 @@ CLAIM_AHEAD_SECONDS = 0.5
 CONFIG_REFRESH_SECONDS = 60.0
 # Refusals that name no cause in the message (see ChannelLane._send) after which the channel pauses.
 UNEXPLAINED_FAILURES_TO_PAUSE = 10
+
+
+def _is_single(claimed: ClaimedSend) -> bool:
+    return claimed.priority < Priority.bulk
 
 
 @dataclass
@@ -251,20 +256,20 @@ class ChannelLane:
         return False
 
     def _single_first(self) -> bool:
-        return bool(self.claimed) and self.claimed[0].priority < Priority.bulk
+        return bool(self.claimed) and _is_single(self.claimed[0])
 
     def _start_sends(self) -> None:
         """Start what the limiter allows now: single sends first, as far as the window has room, then
         bulk ones as far as the tokens go."""
         while self.claimed:
             single = self._single_first()
-            count = min(
-                self.limiter.available(single=single),
-                self.max_in_flight - len(self.calls),
-                sum(1 for c in self.claimed if c.priority < Priority.bulk) if single else len(self.claimed),
-            )
+            count = min(self.limiter.available(single=single), self.max_in_flight - len(self.calls))
             if count <= 0:
                 return
+            # The queue is sorted best priority first, so its single sends lead it: count them only as
+            # far as they can go now (the queue holds up to half a second of a 1000/s channel).
+            leading = takewhile(_is_single, self.claimed) if single else iter(self.claimed)
+            count = sum(1 for _ in islice(leading, count))
             stamp = self.limiter.record(count)
             for _ in range(count):
                 self.send_now(self.claimed.popleft(), stamp)
