@@ -178,13 +178,18 @@ def _sends_by_number() -> Select[Any]:
     JSON (`rows_from_json`). Rows: (message id, conversation id, outbox id) of each send."""
     messages, outbox = table_of(Message), table_of(OutboxJob)
     of_number = contacts_and_conversations().cte("of_number")
-    sends = select(rows_from_json(messages, "messages")).cte("sends")
+    sends = rows_from_json(messages, "messages")
     message_columns = [column.name for column in messages.c if column.name != "conversation_id"]
-    stored = insert(messages).from_select(
-        [*message_columns, "conversation_id"],
-        select(*(sends.c[name] for name in message_columns), of_number.c.conversation_id).join_from(
-            sends, of_number, of_number.c.phone_number == sends.c.phone_number
-        ),
+    stored = (
+        insert(messages)
+        .from_select(
+            [*message_columns, "conversation_id"],
+            select(*(sends.c[name] for name in message_columns), of_number.c.conversation_id).join_from(
+                sends, of_number, of_number.c.phone_number == sends.c.phone_number
+            ),
+        )
+        .returning(messages.c.id, messages.c.conversation_id)
+        .cte("stored")
     )
     jobs = rows_from_json(outbox, "jobs")
     outbox_columns = [column.name for column in outbox.c if column.name != "id"]
@@ -197,11 +202,8 @@ def _sends_by_number() -> Select[Any]:
         .returning(outbox.c.id, outbox.c.message_id)
         .cte("queued")
     )
-    return (
-        select(sends.c.id, of_number.c.conversation_id, queued.c.id)
-        .join_from(sends, of_number, of_number.c.phone_number == sends.c.phone_number)
-        .join(queued, queued.c.message_id == sends.c.id)
-        .add_cte(stored.cte("stored"))
+    return select(stored.c.id, stored.c.conversation_id, queued.c.id).join_from(
+        stored, queued, queued.c.message_id == stored.c.id
     )
 
 
