@@ -267,13 +267,15 @@ def test_rotation_reencrypts_everything_while_the_gateway_runs_and_the_old_key_c
         values = encrypted_values(database_url)
         assert values and all(decrypts(v, NEW_KEY) is not None for v in values)
         assert all(decrypts(v, OLD_KEY) is None for v in values)
-        # Idempotent: a second run finds nothing to do.
+        # Idempotent: a second run finds nothing to do. The gateway still runs, and the statuses of the
+        # last sends may store new callback deliveries (written with the new key) during that run, so
+        # the run sees at least the values stored before it and at most those stored after it.
+        stored_before = len(encrypted_values(database_url))
         code, again, stderr = rotate(database_url, both)
         assert code == 0, stderr
         assert sum(t["rotated"] for t in again["tables"].values()) == 0
-        assert sum(t["already_current"] for t in again["tables"].values()) == len(
-            encrypted_values(database_url)
-        )
+        seen = sum(t["already_current"] for t in again["tables"].values())
+        assert stored_before <= seen <= len(encrypted_values(database_url))
         assert gateway.otp(new_number()).status_code == 201
 
     # The rotation is in each account's audit log, by the command, with counts and no secret.
