@@ -100,6 +100,7 @@ class Settings(argparse.Namespace):
     py_spy: Path | None
     cpu_quota: float | None
     rounds: int
+    split_worker: bool
 
 
 def parse_args(argv: list[str] | None = None) -> Settings:
@@ -168,6 +169,12 @@ def parse_args(argv: list[str] | None = None) -> Settings:
         type=int,
         default=1,
         help="closed loops per gateway, each between two of the bare endpoint; the median ratio's counts",
+    )
+    parser.add_argument(
+        "--split-worker",
+        action="store_true",
+        help="PostgreSQL: `wagate serve --no-dispatcher` takes the sends and a `wagate worker` beside it"
+        " sends them (issue 18: what one more process adds); the worker's CPU is shown apart",
     )
     settings = parser.parse_args(argv, namespace=Settings())
     settings.duration = settings.duration or (3.0 if settings.quick else 10.0)
@@ -346,7 +353,9 @@ def measure_gateway(
     settings: Settings, bare: BareEndpoint, database: str, database_url: str | None, db_name: str | None
 ) -> dict:
     figures: dict[str, Any] = {"database": database}
-    with GatewayStack(database_url=database_url, messages_per_second=1000) as stack:
+    split = settings.split_worker and db_name is not None
+    figures["split_worker"] = split
+    with GatewayStack(database_url=database_url, messages_per_second=1000, split_worker=split) as stack:
         assert stack.server is not None and stack.sim is not None
         figures["startup_s"] = round(stack.startup_seconds, 2)
         limit_cpu([stack.server.pid], settings.cpu_quota)
@@ -357,6 +366,8 @@ def measure_gateway(
         def pids() -> dict[str, list[int]]:
             assert stack.server is not None and stack.sim is not None
             groups = {"server": [stack.server.pid], "simulator": [stack.sim.pid]}
+            if stack.worker is not None:
+                groups["worker"] = [stack.worker.pid]
             if db_name is not None:
                 groups["postgres"] = postgres_backend_pids(db_name)
             return groups
@@ -612,7 +623,13 @@ def report(results: dict[str, Any]) -> str:
 
     lines.append(row("bare FastAPI", bare, 1.0))
     for name, gateway in results["gateways"].items():
-        lines.append(row(f"gateway, {name}", gateway["closed_loop"], gateway.get("ratio_to_bare")))
+        label = f"gateway, {name}" + (" + worker" if gateway.get("split_worker") else "")
+        lines.append(row(label, gateway["closed_loop"], gateway.get("ratio_to_bare")))
+        worker_pct = gateway["closed_loop"]["cpu"].get("worker_pct")
+        if worker_pct is not None:
+            lines.append(
+                f"  (srv = `wagate serve --no-dispatcher`; the worker sending meanwhile: {worker_pct:.1f} %)"
+            )
     lines.append(
         "CPU% is of ONE core (the machine has "
         f"{results['machine']['cpus']}); srv = the server process, cli = this load generator, db = the"
@@ -706,6 +723,7 @@ def main(argv: list[str] | None = None) -> int:
             "statuses": settings.statuses,
             "keys": settings.keys,
             "databases": settings.databases,
+            "split_worker": settings.split_worker,
         },
         "gateways": {},
     }
