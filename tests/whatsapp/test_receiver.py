@@ -8,6 +8,7 @@ from typing import Any
 
 import orjson
 
+from app_in_thread import sql
 from support import APP_SECRET, MAIN, VERIFY_TOKEN, Gateway, new_number, wait_for, writes_held
 from wagate.whatsapp.signature import sign
 
@@ -107,6 +108,26 @@ def test_statuses_posted_together_are_each_stored_and_applied(gateway: Gateway) 
         for message_id, _, _ in sent:
             message = gateway.wait_status(message_id, "read")
             assert [h["status"] for h in message["status_history"]] == ["sent", "delivered", "read"]
+    finally:
+        gateway.sim.configure(auto_statuses=True)
+
+
+def test_on_sqlite_a_status_is_applied_before_its_200(gateway: Gateway) -> None:
+    """SQLite: the one process sends for every channel and applies a status body in the unit of work
+    its 200 waits for, never storing it (docs/performance.md, "Seventh pass"): read from the database
+    the moment the 200 is in, the message has moved. (Stored, it would wait for the dispatcher's claim
+    and apply, two more commits.) PostgreSQL stores it for the dispatcher, which applies it soon."""
+    gateway.sim.configure(auto_statuses=False)
+    try:
+        for message_id, wamid, to in [sent_message(gateway) for _ in range(5)]:
+            delivered = status_webhook(status(wamid, "delivered", int(time.time()), to))
+            assert post_signed(gateway, delivered).status_code == 200
+            if gateway.database_url.startswith("sqlite"):
+                row = sql(gateway.database_url, "SELECT status FROM messages WHERE id = :id", id=message_id)
+                assert row == [("delivered",)]
+            else:
+                gateway.wait_status(message_id, "delivered")
+        assert sql(gateway.database_url, "SELECT count(*) FROM outbox WHERE kind = 'meta_webhook'") == [(0,)]
     finally:
         gateway.sim.configure(auto_statuses=True)
 

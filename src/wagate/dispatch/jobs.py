@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 
 from wagate.bulk.repository import purge_expired_batches
 from wagate.channels.models import Channel
-from wagate.db import Database, utcnow
+from wagate.db import Database, Mergeable, utcnow
 from wagate.dispatch.sends import settle_sends
 from wagate.events.deliveries import purge_finished
 from wagate.events.subscriptions import Subscriptions
@@ -231,8 +231,7 @@ async def run_webhook_batch(
         return WebhookBatch(0, 0, 0, [])
 
     def apply(session: Session, some: Sequence[ClaimedJob]) -> WebhooksApplied:
-        applied = process_webhook_bodies(session, [job.payload for job in some], subscriptions, prices=prices)
-        settle_sends(session, applied.settled)
+        applied = _apply_bodies(session, [job.payload for job in some], subscriptions, prices)
         finish_jobs(session, [job.id for job in some])
         return applied
 
@@ -246,6 +245,38 @@ async def run_webhook_batch(
             log.warning("could not give back %d Meta webhooks: %s", len(unwritten), describe_error(exc))
             return WebhookBatch(len(jobs), events, statuses, unwritten)
     return WebhookBatch(len(jobs), events, statuses, [])
+
+
+def _apply_bodies(
+    session: Session, bodies: list[dict[str, Any]], subscriptions: Subscriptions | None, prices: Prices | None
+) -> WebhooksApplied:
+    applied = process_webhook_bodies(session, bodies, subscriptions, prices=prices)
+    settle_sends(session, applied.settled)
+    return applied
+
+
+@dataclass(frozen=True)
+class _Received:
+    body: dict[str, Any]
+    subscriptions: Subscriptions
+    prices: Prices | None
+
+
+def _apply_received(session: Session, received: list[_Received]) -> list[WebhooksApplied]:
+    """Bodies that came in together (they share a batch: see `Mergeable`), applied at once. The
+    batch's counts go to its first body and the others count nothing, so they add up however a batch
+    is split."""
+    first = received[0]
+    applied = _apply_bodies(session, [item.body for item in received], first.subscriptions, first.prices)
+    return [applied, *(WebhooksApplied(0, []) for _ in received[1:])]
+
+
+def apply_on_receipt(
+    body: dict[str, Any], subscriptions: Subscriptions, prices: Prices | None
+) -> Mergeable[WebhooksApplied]:
+    """The unit of work that applies a Meta webhook body as it is received (see
+    `Dispatcher.apply_webhook`); bodies under the same subscriptions share their batch's statements."""
+    return Mergeable(id(subscriptions), _Received(body, subscriptions, prices), _apply_received)
 
 
 async def sync_channel_templates(

@@ -39,6 +39,9 @@ class ReceiverDeps:
     # This process's dispatcher applies the channel's stored bodies (else NOTIFY its owner).
     applied_here: Callable[[int | None], bool]
     wake: Callable[[], None]  # stored bodies are waiting: apply them now
+    # Applies a body about a channel of `applied_here` at once (False: it could not; store it).
+    # None: every body is stored first (PostgreSQL; see app.py).
+    apply_now: Callable[[dict[str, Any]], Awaitable[bool]] | None
     # The channel of a business phone number id (None: not ours): a body is applied by the process
     # that sends for its channel (see `receive`).
     channel_of: Callable[[str], Awaitable[int | None]]
@@ -114,6 +117,16 @@ async def receive(request: Request) -> Response:
     # A body about several numbers, or none we know, is applied by whichever dispatcher takes it.
     numbers = phone_number_ids(body)
     channel_id = await deps.channel_of(numbers.pop()) if len(numbers) == 1 else None
+    # Applied at once by the process that sends for its channel, committed before the 200: then it is
+    # never stored, claimed and deleted (docs/performance.md, "Seventh pass").
+    apply_now = deps.apply_now
+    if (
+        apply_now is not None
+        and channel_id is not None
+        and deps.applied_here(channel_id)
+        and await apply_now(body)
+    ):
+        return Response(status_code=200)
 
     # Stored before the 200: Meta does not resend what it saw acknowledged. Ours applies it; otherwise
     # a worker elsewhere must be told.
