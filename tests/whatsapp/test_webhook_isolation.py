@@ -192,3 +192,35 @@ def test_changes_of_other_fields_are_not_read_as_statuses(
         body["entry"][0]["changes"].insert(0, template_update)
         post_signed(gateway.url, body)
         gateway.wait_status(message_id, "delivered")
+
+
+def test_a_body_that_fails_on_receipt_is_stored_and_buried_and_holds_up_nothing(
+    database_url: str, simulator: Simulator, manual_statuses: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On SQLite the gateway applies a body as it receives it (whatsapp/webhook.py); one that fails
+    there is stored instead, still answered 200, and goes the stored bodies' way: tried again, then
+    buried. The bodies posted beside it are applied. (On PostgreSQL every body takes the stored way.)"""
+    monkeypatch.setattr(
+        jobs, "BACKGROUND", RetryPolicy(max_attempts=50, base_delay=1.0, factor=1.0, jitter=0)
+    )
+    key = Fernet.generate_key().decode()
+    customer, inbound_wamid = new_number(), f"wamid.customer.{secrets.token_hex(8)}"
+    with running_gateway(database_url, simulator, secret_key=key) as gateway:
+        stranded = gateway.otp(MAGIC_SERVER_ERROR).json()["id"]
+        message_id, wamid, to = sent_message(gateway)
+        post_signed(gateway.url, customer_body(customer, inbound_wamid, "hello"))
+        wait_for(lambda: window_open(gateway, customer), what="the customer's message")
+        # Gives the stranded message a wamid another message holds: no database takes it twice.
+        poison = status_body(inbound_wamid, "sent", to, biz_opaque_callback_data=stranded)
+        post_signed(gateway.url, poison)  # asserts the 200
+        post_signed(gateway.url, status_body(wamid, "read", to))
+        gateway.wait_status(message_id, "read", timeout=5)
+        [letter] = wait_for(
+            lambda: [d for d in dead_letters(database_url) if d["payload"] == poison],
+            timeout=20,
+            interval=0.5,
+            what="the body in the dead letters",
+        )
+        assert letter["kind"] == "meta_webhook" and letter["attempts"] == jobs.WEBHOOK_ATTEMPTS
+        assert stored_webhooks(database_url) == 0
+        assert gateway.message(stranded)["upstream_message_id"] is None
