@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import hmac
 import logging
 from collections.abc import AsyncIterator
@@ -40,6 +39,7 @@ from wagate.metrics import Metrics
 from wagate.openapi import operation_id
 from wagate.responses import FastJSONResponse as JSONResponse
 from wagate.security import secret_box_for
+from wagate.serving import settle_heap
 from wagate.templates.endpoints import router as templates_router
 from wagate.usage.endpoints import router as usage_api
 from wagate.whatsapp.client import CloudApiClient
@@ -200,7 +200,7 @@ def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True)
             await listener.start()
         # What exists after start-up lives as long as the process: keep it out of the collector's
         # full passes, which otherwise stall every request for tens of milliseconds now and then.
-        gc.freeze()
+        settle_heap()
         try:
             yield
         finally:

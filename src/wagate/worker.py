@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import signal
 
 from wagate.config import Settings
@@ -13,6 +12,7 @@ from wagate.health import HealthChecks, OpsListener
 from wagate.live import LiveHub
 from wagate.metrics import Metrics
 from wagate.security import secret_box_for
+from wagate.serving import settle_heap
 from wagate.whatsapp.client import CloudApiClient
 
 
@@ -42,7 +42,7 @@ async def run_worker(settings: Settings) -> None:
         # keep it out of the collector's full passes. Without this a full pass over the worker's
         # start-up heap held its event loop for 120 ms of CPU (a quarter of a second on a busy
         # machine), and every send due meanwhile waited (tests/dispatch/test_scale_out.py).
-        gc.freeze()
+        settle_heap()
         await stop.wait()
     finally:
         if listener is not None:
