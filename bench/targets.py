@@ -10,6 +10,8 @@ The benchmarks that measure each target run here as subprocesses, each writing i
                                                100 msg/s, peak RSS
     bench/bulk.py --no-single                  a batch of 1000 at channel limits 80/s and 1000/s
     bench/statuses.py --messages 1000          Meta status webhooks applied per second
+    bench/statuses.py --split-worker           the same on PostgreSQL with a `wagate worker` beside
+                                               `serve --no-dispatcher` (what one more process adds)
     bench/events_delivery.py --events 5000     outgoing events delivered per second
 
 plus "whole messages per second", what a user plans capacity by: 1000 / (server CPU ms per accepted
@@ -20,7 +22,7 @@ measured phase; the table says how busy it still was. A target that is not met i
 a benchmark that fails (lost or duplicated messages, a crash, no figures) exits 1 after the table,
 with the tail of its stderr.
 
-    .venv/bin/python bench/targets.py [--only send,bulk,statuses,events]
+    .venv/bin/python bench/targets.py [--only send,bulk,statuses,statuses-worker,events]
         [--databases sqlite,postgresql] [--json out.json] [--keep DIR]
 """
 
@@ -52,7 +54,7 @@ from common import (
     utc_stamp,
 )
 
-BENCHES = ("send", "bulk", "statuses", "events")
+BENCHES = ("send", "bulk", "statuses", "statuses-worker", "events")
 DATABASES = ("sqlite", "postgresql")
 TITLE = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}
 
@@ -161,6 +163,9 @@ def bench_command(name: str, settings: Settings, json_path: Path) -> list[str]:
         args = ["bulk.py", "--backends", databases, "--rates", rates, "--recipients", "1000", "--no-single"]
     elif name == "statuses":
         args = ["statuses.py", "--backends", databases, "--messages", str(settings.messages)]
+    elif name == "statuses-worker":
+        messages = str(settings.messages)
+        args = ["statuses.py", "--backends", "postgresql", "--split-worker", "--messages", messages]
     else:
         args = ["events_delivery.py", "--backends", databases, "--events", str(settings.events)]
     args += ["--quiet-wait", f"{settings.quiet_wait:g}"]
@@ -313,10 +318,11 @@ class Figures:
         runs = _dig(run.figures if run else None, "runs") or []
         return [r for r in runs if r.get("backend") == database and r.get("rate") == rate]
 
-    def statuses(self, database: str) -> dict[str, Any] | None:
-        run = self.runs.get("statuses")
+    def statuses(self, database: str, *, with_worker: bool = False) -> dict[str, Any] | None:
+        run = self.runs.get("statuses-worker" if with_worker else "statuses")
+        backend = f"{database} (serve + worker)" if with_worker else database
         for result in _dig(run.figures if run else None, "results") or []:
-            if result.get("backend") == database:
+            if result.get("backend") == backend:
                 return dict(result)
         return None
 
@@ -486,17 +492,19 @@ def build_rows(figures: Figures) -> tuple[list[Row], dict[str, Any]]:
             )
         )
 
-    def from_statuses(database: str) -> tuple[float | None, str | None]:
-        result = figures.statuses(database)
+    def from_statuses(database: str, with_worker: bool = False) -> tuple[float | None, str | None]:
+        if with_worker and database == "sqlite":
+            return None, "SQLite runs as one process (DESIGN.md)"
+        result = figures.statuses(database, with_worker=with_worker)
         if result is None:
-            return None, figures.absent("statuses", database)
+            return None, figures.absent("statuses-worker" if with_worker else "statuses", database)
         value = _num(result.get("applied_per_second"))
         if value is not None and not result.get("all_applied"):
             return value, "not every status was applied within 120 s"
         return value, None
 
-    def statuses_met(database: str, value: float) -> bool:
-        result = figures.statuses(database) or {}
+    def statuses_met(database: str, value: float, with_worker: bool = False) -> bool:
+        result = figures.statuses(database, with_worker=with_worker) or {}
         return value >= STATUSES_PER_SECOND and bool(result.get("all_applied"))
 
     rows.append(
@@ -507,6 +515,18 @@ def build_rows(figures: Figures) -> tuple[list[Row], dict[str, Any]]:
             from_statuses,
             rate_text,
             met=statuses_met,
+            ratio=to_target(STATUSES_PER_SECOND),
+        )
+    )
+    # Issue 18 point 3: what one more process adds on PostgreSQL (DESIGN.md's layout at scale).
+    rows.append(
+        judged_row(
+            "  the same, serve + worker [p]",
+            f">= {STATUSES_PER_SECOND:g}/s (PostgreSQL)",
+            DATABASES,
+            lambda database: from_statuses(database, with_worker=True),
+            rate_text,
+            met=lambda database, value: statuses_met(database, value, with_worker=True),
             ratio=to_target(STATUSES_PER_SECOND),
         )
     )
@@ -729,6 +749,9 @@ def report(
         f"statuses: statuses.py --messages {settings.messages}: {STATUSES_PER_MESSAGE} statuses a message, "
         "one per signed POST over 64",
         "  connections, from the first POST until every message reads 'read' and no stored webhook is left.",
+        "[p] statuses.py --split-worker: the same on PostgreSQL with `wagate serve --no-dispatcher`",
+        "  receiving and a `wagate worker` applying (DESIGN.md's layout at scale, on this one machine):",
+        "  what one more process adds (issue 18 point 3); the row above is one `wagate serve`.",
         f"events: events_delivery.py --events {settings.events}: (N - 1) / (last - first arrival) at the "
         "receiver.",
         "peak RSS: the highest VmHWM of the `wagate serve` processes that send_path, bulk and",
@@ -847,6 +870,8 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, BenchRun] = {}
     try:
         for name in settings.only:
+            if name == "statuses-worker" and not postgres_up:
+                continue  # PostgreSQL only: its cell says why it is empty
             runs[name] = run_bench(name, settings, workdir, terminated)
     except KeyboardInterrupt:
         log("interrupted; the running benchmark was stopped")
