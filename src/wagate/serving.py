@@ -11,6 +11,8 @@ protocol below closes such connections:
 
 Between requests uvicorn's keep-alive timeout closes idle connections; once the head is in, the body
 has its own deadline (`RequestGuard` in `wagate.limits`). Every refusal is the contract's error body.
+
+`settle_heap` sets Python's collector up for a long-running process (`serve`, `worker`) once started.
 """
 
 from __future__ import annotations
