@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx
 import orjson
@@ -131,26 +131,54 @@ def manual_statuses(simulator: Simulator) -> Iterator[None]:
         simulator.configure(auto_statuses=True)
 
 
-def test_a_body_that_cannot_be_applied_holds_up_nothing_and_is_buried(
-    database_url: str, simulator: Simulator, manual_statuses: None, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Retries exactly a second apart: bodies that failed together are tried together again unless the
-    # dispatcher tells them apart (with the usual jitter they would drift apart by luck).
+@pytest.fixture
+def retries_a_second_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Retries exactly a second apart: bodies that failed together are tried together again unless
+    the dispatcher tells them apart (with the usual jitter they would drift apart by luck)."""
     monkeypatch.setattr(
         jobs, "BACKGROUND", RetryPolicy(max_attempts=50, base_delay=1.0, factor=1.0, jitter=0)
     )
-    key = Fernet.generate_key().decode()
-    customer, inbound_wamid = new_number(), f"wamid.customer.{secrets.token_hex(8)}"
-    with running_gateway(database_url, simulator, secret_key=key) as gateway:
-        # Meta answers 500: whether it has the message is unknown, and so is its wamid.
-        stranded = gateway.otp(MAGIC_SERVER_ERROR).json()["id"]
-        message_id, wamid, to = sent_message(gateway)
-        post_signed(gateway.url, customer_body(customer, inbound_wamid, "hello"))
-        wait_for(lambda: window_open(gateway, customer), what="the customer's message")
 
-    # A status that gives the stranded message the wamid of the customer's message: no database takes
-    # a wamid twice. Then good bodies; all wait, so that the next dispatcher claims them in one batch.
+
+class Poisoned(NamedTuple):
+    message_id: str  # a sent message, with its wamid and number
+    wamid: str
+    to: str
+    stranded: str  # a message whose send ended unknown (Meta answered 500): its wamid is unknown
+    inbound_wamid: str  # a customer's message's wamid
+    poison: dict[str, Any]  # a status giving `stranded` that wamid: no database takes a wamid twice
+
+
+def sent_message_and_poison(gateway: Gateway) -> Poisoned:
+    """A sent message, and a status body that cannot be applied (see `Poisoned`)."""
+    customer, inbound_wamid = new_number(), f"wamid.customer.{secrets.token_hex(8)}"
+    stranded = gateway.otp(MAGIC_SERVER_ERROR).json()["id"]
+    message_id, wamid, to = sent_message(gateway)
+    post_signed(gateway.url, customer_body(customer, inbound_wamid, "hello"))
+    wait_for(lambda: window_open(gateway, customer), what="the customer's message")
     poison = status_body(inbound_wamid, "sent", to, biz_opaque_callback_data=stranded)
+    return Poisoned(message_id, wamid, to, stranded, inbound_wamid, poison)
+
+
+def buried(database_url: str, body: dict[str, Any]) -> dict[str, Any]:
+    """The dead letter of `body`, once the dispatcher has given up on it."""
+    [letter] = wait_for(
+        lambda: [d for d in dead_letters(database_url) if d["payload"] == body],
+        timeout=20,
+        interval=0.5,
+        what="the body in the dead letters",
+    )
+    return letter
+
+
+def test_a_body_that_cannot_be_applied_holds_up_nothing_and_is_buried(
+    database_url: str, simulator: Simulator, manual_statuses: None, retries_a_second_apart: None
+) -> None:
+    key = Fernet.generate_key().decode()
+    with running_gateway(database_url, simulator, secret_key=key) as gateway:
+        message_id, wamid, to, stranded, inbound_wamid, poison = sent_message_and_poison(gateway)
+
+    # The poison, then good bodies; all wait, so that the next dispatcher claims them in one batch.
     other_customer = new_number()
     with receiver_only(database_url, simulator, key) as url:
         post_signed(url, poison)
@@ -163,12 +191,7 @@ def test_a_body_that_cannot_be_applied_holds_up_nothing_and_is_buried(
         gateway.wait_status(message_id, "read", timeout=5)
         wait_for(lambda: window_open(gateway, other_customer), timeout=5, what="the other customer's message")
         # The poison is tried alone a few times, a second apart here, then buried.
-        [letter] = wait_for(
-            lambda: [d for d in dead_letters(database_url) if d["payload"] == poison],
-            timeout=20,
-            interval=0.5,
-            what="the body in the dead letters",
-        )
+        letter = buried(database_url, poison)
         assert letter["kind"] == "meta_webhook" and letter["attempts"] == jobs.WEBHOOK_ATTEMPTS
         assert letter["reference"] and letter["created_at"].endswith("Z")
         # Which constraint, not the values that broke it (a message's data stays out of errors).
@@ -195,32 +218,18 @@ def test_changes_of_other_fields_are_not_read_as_statuses(
 
 
 def test_a_body_that_fails_on_receipt_is_stored_and_buried_and_holds_up_nothing(
-    database_url: str, simulator: Simulator, manual_statuses: None, monkeypatch: pytest.MonkeyPatch
+    database_url: str, simulator: Simulator, manual_statuses: None, retries_a_second_apart: None
 ) -> None:
     """On SQLite the gateway applies a body as it receives it (whatsapp/webhook.py); one that fails
     there is stored instead, still answered 200, and goes the stored bodies' way: tried again, then
     buried. The bodies posted beside it are applied. (On PostgreSQL every body takes the stored way.)"""
-    monkeypatch.setattr(
-        jobs, "BACKGROUND", RetryPolicy(max_attempts=50, base_delay=1.0, factor=1.0, jitter=0)
-    )
     key = Fernet.generate_key().decode()
-    customer, inbound_wamid = new_number(), f"wamid.customer.{secrets.token_hex(8)}"
     with running_gateway(database_url, simulator, secret_key=key) as gateway:
-        stranded = gateway.otp(MAGIC_SERVER_ERROR).json()["id"]
-        message_id, wamid, to = sent_message(gateway)
-        post_signed(gateway.url, customer_body(customer, inbound_wamid, "hello"))
-        wait_for(lambda: window_open(gateway, customer), what="the customer's message")
-        # Gives the stranded message a wamid another message holds: no database takes it twice.
-        poison = status_body(inbound_wamid, "sent", to, biz_opaque_callback_data=stranded)
+        message_id, wamid, to, stranded, _, poison = sent_message_and_poison(gateway)
         post_signed(gateway.url, poison)  # asserts the 200
         post_signed(gateway.url, status_body(wamid, "read", to))
         gateway.wait_status(message_id, "read", timeout=5)
-        [letter] = wait_for(
-            lambda: [d for d in dead_letters(database_url) if d["payload"] == poison],
-            timeout=20,
-            interval=0.5,
-            what="the body in the dead letters",
-        )
+        letter = buried(database_url, poison)
         assert letter["kind"] == "meta_webhook" and letter["attempts"] == jobs.WEBHOOK_ATTEMPTS
         assert stored_webhooks(database_url) == 0
         assert gateway.message(stranded)["upstream_message_id"] is None
