@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from functools import cache
+from typing import Any, NamedTuple
 
-from sqlalchemy import bindparam, select, update
+from sqlalchemy import Select, bindparam, select, update
 from sqlalchemy.orm import Session
 
 from wagate.conversations.models import (
@@ -30,7 +31,7 @@ from wagate.conversations.models import (
     CustomerId,
 )
 from wagate.conversations.repository import contacts_of_numbers, insert_customer_id, insert_customer_ids
-from wagate.db import utcnow
+from wagate.db import dialect_name, for_each_value, table_of, utcnow
 from wagate.whatsapp.payloads import CustomerRef
 
 
@@ -96,12 +97,13 @@ def learn_customers(
         return customers
     user_ids = {s.user_id for s in sightings.values() if s.user_id}
     phones = {s.wa_id for s in sightings.values() if s.wa_id}
-    # Core rows, not ORM objects (see _CONTACTS_OF_USER_IDS).
+    # Core rows, not ORM objects (see _contacts_of_user_ids).
+    dialect = dialect_name(session)
     contacts: dict[int, _ContactRow] = {}
     known: dict[str, int] = {}
     if user_ids:
         for user_id, found_id, phone_number, name, username in session.connection().execute(
-            _CONTACTS_OF_USER_IDS, {"account_id": account_id, "user_ids": list(user_ids)}
+            _contacts_of_user_ids(dialect), {"account_id": account_id, "user_ids": list(user_ids)}
         ):
             contact = _ContactRow(found_id, phone_number, name, username)
             known[user_id] = contact.id
@@ -109,7 +111,7 @@ def learn_customers(
     missing_phones = phones - {c.phone_number for c in contacts.values()}
     if missing_phones:
         for row in session.connection().execute(
-            _CONTACTS_OF_NUMBERS, {"account_id": account_id, "phones": list(missing_phones)}
+            _contacts_of_numbers(dialect), {"account_id": account_id, "phones": list(missing_phones)}
         ):
             contacts[row[0]] = _ContactRow(row[0], row[1], row[2], row[3])
     by_phone = {c.phone_number: c.id for c in contacts.values() if c.phone_number}
@@ -176,19 +178,27 @@ class _ContactRow(NamedTuple):
 
 
 _CONTACT_COLUMNS = (Contact.id, Contact.phone_number, Contact.name, Contact.username)
-# Built once, with the values bound at execution: this runs for every batch of Meta's statuses.
-_CONTACTS_OF_USER_IDS = (
-    select(CustomerId.user_id, *_CONTACT_COLUMNS)
-    .join(Contact, Contact.id == CustomerId.contact_id)
-    .where(
-        CustomerId.account_id == bindparam("account_id"),
-        CustomerId.user_id.in_(bindparam("user_ids", expanding=True)),
+
+
+# Built once per dialect, with the values bound at execution: these run for every batch of Meta's statuses.
+@cache
+def _contacts_of_user_ids(dialect: str) -> Select[*tuple[Any, ...]]:
+    query = (
+        select(CustomerId.user_id, *_CONTACT_COLUMNS)
+        .join(Contact, Contact.id == CustomerId.contact_id)
+        .where(CustomerId.account_id == bindparam("account_id"))
     )
-)
-_CONTACTS_OF_NUMBERS = select(*_CONTACT_COLUMNS).where(
-    Contact.account_id == bindparam("account_id"),
-    Contact.phone_number.in_(bindparam("phones", expanding=True)),
-)
+    if dialect == "postgresql":  # one lookup per user id (account, user id is unique)
+        return for_each_value(query, table_of(CustomerId).c.user_id, "user_ids")
+    return query.where(CustomerId.user_id.in_(bindparam("user_ids", expanding=True)))
+
+
+@cache
+def _contacts_of_numbers(dialect: str) -> Select[*tuple[Any, ...]]:
+    query = select(*_CONTACT_COLUMNS).where(Contact.account_id == bindparam("account_id"))
+    if dialect == "postgresql":  # one lookup per number (account, number is unique)
+        return for_each_value(query, table_of(Contact).c.phone_number, "phones")
+    return query.where(Contact.phone_number.in_(bindparam("phones", expanding=True)))
 
 
 def _update_profile(

@@ -23,7 +23,7 @@ from wagate.conversations.repository import (
     touch_after_sends,
 )
 from wagate.conversations.service import status_after_send
-from wagate.db import dialect_name, isoformat, rows_from_json, table_of, utcnow
+from wagate.db import dialect_name, insert_from_json, isoformat, rows_from_json, table_of, utcnow
 from wagate.events.models import EventKind
 from wagate.events.publish import ConversationChange, publish_conversation_changes
 from wagate.live import LiveChange, LiveKind, record_live
@@ -191,17 +191,7 @@ def _sends_by_number() -> Select[Any]:
         .returning(messages.c.id, messages.c.conversation_id)
         .cte("stored")
     )
-    jobs = rows_from_json(outbox, "jobs")
-    outbox_columns = [column.name for column in outbox.c if column.name != "id"]
-    queued = (
-        insert(outbox)
-        .from_select(
-            outbox_columns,
-            select(*(jobs.c[name] for name in outbox_columns)).order_by(jobs.c.ordinality),
-        )
-        .returning(outbox.c.id, outbox.c.message_id)
-        .cte("queued")
-    )
+    queued = insert_from_json(outbox, "jobs").returning(outbox.c.id, outbox.c.message_id).cte("queued")
     return select(stored.c.id, stored.c.conversation_id, queued.c.id).join_from(
         stored, queued, queued.c.message_id == stored.c.id
     )
