@@ -103,11 +103,19 @@ def _cache_long_statements() -> None:
 _cache_long_statements()
 
 
+def _timestamp_as_orjson_writes_it(value: Any) -> str:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
 def _dump_json(value: Any) -> str:
     try:
         return orjson.dumps(value).decode()
-    except TypeError:  # what orjson refuses (an integer beyond 64 bits) the standard library writes
-        return json.dumps(value)
+    except TypeError:
+        # What orjson refuses (an integer beyond 64 bits, nesting deeper than 254 levels: a body of
+        # Meta's stored among the rows of `rows_from_json`) the standard library writes.
+        return json.dumps(value, default=_timestamp_as_orjson_writes_it)
 
 
 # Options of every engine:
