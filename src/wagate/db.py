@@ -13,9 +13,10 @@ commits. Units are synchronous so that the database decides how to run them chea
   `Mergeable`: a batch runs those of one key together, one statement per table for all of them.
 - What a unit leaves for after its commit (`COMMIT_NOTES`: the live changes of wagate.live) goes to
   the database's commit listeners once its batch committed, never for a unit rolled back.
-- On PostgreSQL a *large* unit (a bulk batch of up to 1000 messages, about 0.2 s) commits on a second
-  connection and thread of its own, so the small ones (single sends, the dispatcher's claims and
-  results) do not wait behind it. Should the two deadlock, the server rolls one back and it is run
+- On PostgreSQL a *large* unit (a bulk batch of up to 1000 messages, about 0.2 s; a batch of Meta's
+  stored webhooks being applied, up to 500 bodies) commits on a second connection and thread of its
+  own, so the small ones (single sends, the receiver's stores, the dispatcher's claims and results)
+  do not wait behind it. Should the two deadlock, the server rolls one back and it is run
   again (`WriterSession.run`). On SQLite there is one writer, so a large unit queues like any other.
 - Likewise on PostgreSQL a *claim* (the dispatcher taking due rows with `FOR UPDATE SKIP LOCKED`,
   which waits on no row lock and writes nothing the batches write) commits on a third connection of

@@ -235,7 +235,9 @@ async def run_webhook_batch(
         finish_jobs(session, [job.id for job in some])
         return applied
 
-    results, unwritten = await write_isolating(db, jobs, apply, retry_or_bury)
+    # A large unit (see wagate.db): on PostgreSQL the batch commits on a connection of its own, so
+    # the receiver's stores (a 200 to Meta waits on each) do not queue behind its 30 ms.
+    results, unwritten = await write_isolating(db, jobs, apply, retry_or_bury, large=True)
     events = sum(applied.events for applied in results)
     statuses = sum(applied.statuses for applied in results)
     if unwritten:  # the database went away: nothing is wrong with them, they come again at once

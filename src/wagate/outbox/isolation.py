@@ -49,6 +49,7 @@ async def write_isolating(
     park: Callable[[Session, Item, str], None],
     *,
     first: bool = False,
+    large: bool = False,
 ) -> tuple[list[Result], list[Item]]:
     """Write `apply(items)` as one unit of work; if it fails for something in the data, write halves
     apart until each item that fails alone is found and `park`ed (in a unit of its own, with the
@@ -56,12 +57,13 @@ async def write_isolating(
 
     Returns the results of the units that were written, and the items that were neither written nor
     parked (the database went away meanwhile, or parking failed too): the caller keeps those for its
-    next try, so nothing is lost and nothing written is written twice.
+    next try, so nothing is lost and nothing written is written twice. `first` and `large`: as
+    `Database.write`'s.
     """
     if not items:
         return [], []
     try:
-        return [await db.write(lambda session: apply(session, items), first=first)], []
+        return [await db.write(lambda session: apply(session, items), first=first, large=large)], []
     except Exception as exc:
         if is_outage(exc):
             log.warning("a lane's write failed: the database is out of reach (%s)", describe_error(exc))
@@ -69,13 +71,13 @@ async def write_isolating(
         error = describe_error(exc)
     if len(items) > 1:
         middle = len(items) // 2
-        left = await write_isolating(db, items[:middle], apply, park, first=first)
-        right = await write_isolating(db, items[middle:], apply, park, first=first)
+        left = await write_isolating(db, items[:middle], apply, park, first=first, large=large)
+        right = await write_isolating(db, items[middle:], apply, park, first=first, large=large)
         return left[0] + right[0], left[1] + right[1]
     item = items[0]
     log.error("a lane could not write one item (%s); it goes to its park step", error)
     try:
-        await db.write(lambda session: park(session, item, error), first=first)
+        await db.write(lambda session: park(session, item, error), first=first, large=large)
     except Exception as exc:
         log.error("parking the item failed too (%s); it stays with its lane", describe_error(exc))
         return [], [item]
