@@ -208,6 +208,8 @@ def _write_statuses_statement(dialect: str) -> Update:
 def _write_statuses(session: Session, messages: list[MessageRecord]) -> None:
     """Write what the statuses changed in one statement for all the messages. A message on which
     anything else changed is refused: this statement would not write it."""
+    dialect = dialect_name(session)
+    key = "id" if dialect == "postgresql" else "message_id"  # a row's column, or the statement's parameter
     changed = []
     for message in messages:
         if not message.changed:
@@ -215,16 +217,10 @@ def _write_statuses(session: Session, messages: list[MessageRecord]) -> None:
         if not _STATUS_COLUMN_SET.issuperset(message.changed):
             unlisted = sorted(message.changed - _STATUS_COLUMN_SET)
             raise RuntimeError(f"applying a status changed {unlisted}: add them to _STATUS_COLUMNS")
-        changed.append({c: getattr(message, c) for c in _STATUS_COLUMNS})
-        changed[-1]["id"] = message.id
-    if not changed:
-        return
-    dialect = dialect_name(session)
-    statement = _write_statuses_statement(dialect)
-    if dialect == "postgresql":
-        session.connection().execute(statement, {"rows": changed})
-    else:
-        session.connection().execute(statement, [{"message_id": row.pop("id"), **row} for row in changed])
+        changed.append({key: message.id} | {c: getattr(message, c) for c in _STATUS_COLUMNS})
+    if changed:
+        parameters = {"rows": changed} if dialect == "postgresql" else changed
+        session.connection().execute(_write_statuses_statement(dialect), parameters)
 
 
 def _learn_recipient(message: MessageRecord, update: StatusUpdate) -> None:
