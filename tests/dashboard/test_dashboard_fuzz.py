@@ -299,3 +299,19 @@ def test_a_page_address_that_does_not_validate_is_the_error_page(
         assert page.status_code == 422, (path, page.status_code)
         assert page.headers["content-type"].startswith("text/html"), (path, page.text[:200])
         assert "Sign out" in page.text
+
+
+def test_a_reply_with_a_template_choice_that_does_not_validate_is_refused_on_its_page(
+    fuzzed: tuple[Gateway, Vocabulary, dict[str, Session]],
+) -> None:
+    """Found by the fuzz above: a reply's `template` field without a language (`otp_code|`) was a 500.
+    It is the conversation's page with the refusal in the reply box, as any refused reply."""
+    _, vocabulary, sessions = fuzzed
+    session = sessions["agent"]
+    replies = [path for path in vocabulary.forms if re.fullmatch(r"/conversations/\d+/reply", path)]
+    assert replies, sorted(vocabulary.forms)
+    for choice in ("otp_code|", "|en", "x" * 600 + "|en", "otp_code"):
+        page = session.client.post(replies[0], data={"template": choice, "csrf_token": session.csrf})
+        assert page.status_code == 422, (choice[:20], page.status_code, page.text[:300])
+        assert page.headers["content-type"].startswith("text/html")
+        assert '<p class="alert" role="alert">' in page.text, page.text[:300]

@@ -40,7 +40,7 @@ from wagate.deps import GatewayDep
 from wagate.errors import InvalidRequest, WagateError
 from wagate.limits import MAX_ID, parse_id
 from wagate.live import LiveKind
-from wagate.messages.schemas import SendMessageRequest, TemplateRef
+from wagate.messages.schemas import SendMessageRequest
 from wagate.messages.service import accept_send
 
 router = APIRouter(include_in_schema=False)
@@ -227,13 +227,13 @@ async def reply(
     form = await posted_form(request, user)
     try:
         row = await conversation_for(gateway, principal=user.principal, conversation_id=conversation_id)
-        template = None
+        template: dict[str, Any] | None = None
         if form.get("template"):
             name, _, language = form["template"].partition("|")
             values = {
                 key.removeprefix("var:"): value for key, value in form.items() if key.startswith("var:")
             }
-            template = TemplateRef(name=name, language=language, parameters=values)
+            template = {"name": name, "language": language, "parameters": values}
         # A reply keeps the conversation where the agent works on it (an API send would resolve it).
         keep = row.status.value if row.status is not ConversationStatus.resolved else None
         request_body = views.send_request(

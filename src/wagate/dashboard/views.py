@@ -20,7 +20,7 @@ from wagate.limits import MAX_ID
 from wagate.live import LiveChange
 from wagate.messages.models import Direction, Message
 from wagate.messages.repository import conversation_messages
-from wagate.messages.schemas import SendMessageRequest, TemplateRef, format_amount
+from wagate.messages.schemas import SendMessageRequest, format_amount
 from wagate.templates.render import render_message_template, render_template_text
 from wagate.templates.service import list_templates
 from wagate.whatsapp.explanations import Explanation, explain_external_error
@@ -200,17 +200,18 @@ def send_request(
     row: ConversationRow,
     *,
     text: str | None,
-    template: TemplateRef | None,
+    template: dict[str, Any] | None,
     conversation_status: str | None,
 ) -> SendMessageRequest:
     """The reply as the API's own request body: to the number, or to the user id of a customer known
-    without one (API.md section 13)."""
+    without one (API.md section 13). The form's fields are checked here, all at once, as the API
+    checks its body: what it refuses is a `ReplyRefused`, never an error of the page."""
     recipient: dict[str, Any] = (
         {"phone_number": row.phone_number} if row.phone_number else {"user_id": row.user_id}
     )
     body: dict[str, Any] = {"channel_id": row.channel_id, **recipient}
     if template is not None:
-        body["template"] = template.model_dump()
+        body["template"] = template
     else:
         body["text"] = text
     if conversation_status in (ConversationStatus.open.value, ConversationStatus.pending.value):
