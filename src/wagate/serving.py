@@ -99,10 +99,6 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._awaiting_head = False
         self._head_bytes = 0
         super().on_headers_complete()
-        # uvicorn made the request's cycle (its task has not run yet; an upgrade makes none): its
-        # response goes out whole.
-        if self.cycle is not None and self.cycle.transport is self.transport:
-            self.cycle.transport = _ResponseInOneWrite(self.transport, self.loop)  # type: ignore[assignment]
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
@@ -150,44 +146,6 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         )
         self.transport.write(head + body)
         self.transport.close()
-
-
-class _ResponseInOneWrite:
-    """The connection as one response's cycle writes to it: the head, which uvicorn writes on
-    `http.response.start`, waits for the body's first write (or the event loop's next turn, for a
-    body that takes its time), and the two go out in one send() instead of two. Two sends were 8.6 %
-    of the server's CPU per accepted send; see docs/performance.md, "Tenth pass"."""
-
-    __slots__ = ("_head", "_head_written", "_loop", "_transport")
-
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
-        self._transport = transport
-        self._loop = loop
-        self._head: bytes | None = None
-        self._head_written = False
-
-    def write(self, data: bytes) -> None:
-        if not self._head_written and data.startswith(b"HTTP/") and not data.startswith(b"HTTP/1.1 100 "):
-            self._head_written = True  # the response's head (a "100 Continue" goes out at once)
-            self._head = data
-            self._loop.call_soon(self.flush)
-            return
-        if self._head is not None:
-            data, self._head = self._head + data, None
-        self._transport.write(data)
-
-    def flush(self) -> None:
-        if self._head is not None:
-            head, self._head = self._head, None
-            if not self._transport.is_closing():
-                self._transport.write(head)
-
-    def close(self) -> None:
-        self.flush()
-        self._transport.close()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._transport, name)
 
 
 def _too_large(limit: int) -> HeadersTooLarge:
