@@ -82,8 +82,9 @@ class Conversation(Base):
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    # Indexed by ix_conversations_account_list, which starts with it.
-    account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
+    # Indexed by ix_conversations_account_list, which starts with it. Its channel's account, and checked
+    # (and deleted) through the channel (migration 0016).
+    account_id: Mapped[int] = mapped_column(Integer)
     channel_id: Mapped[int] = mapped_column(ForeignKey("channels.id", ondelete="CASCADE"))
     contact_id: Mapped[int] = mapped_column(ForeignKey("contacts.id", ondelete="CASCADE"))
     status: Mapped[ConversationStatus] = mapped_column(Enum(ConversationStatus, native_enum=False, length=20))
