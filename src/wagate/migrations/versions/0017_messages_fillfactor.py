@@ -8,7 +8,7 @@ A message is written once and then changed three or four times (the send's outco
 `sent`, `delivered`, `read`). PostgreSQL can write a row's new version beside the old one without
 touching the table's six indexes (a HOT update) only when the page has room and no indexed column
 changed; with full pages, 14 % of the updates of `bench/statuses.py` were HOT, with 30 % of each page
-kept free 50 % were, and PostgreSQL's CPU a status fell by about a tenth (docs/performance.md, "Tenth
+kept free 50 % were, and PostgreSQL's CPU a status fell by 5-10 % (docs/performance.md, "Tenth
 pass"). The table takes that much more room before its rows change; new pages only (existing rows
 stay where they are until they are updated). SQLite has no such setting.
 """
