@@ -38,7 +38,6 @@ EXTERNAL_ERROR_LENGTH = 1000
 
 
 class Message(Base):
-    # On PostgreSQL its pages keep 30 % free for the rows' later versions (migration 0017).
     __tablename__ = "messages"
     __table_args__ = (
         # The message log (GET .../whatsapp/messages, /messages): an inbox's sent messages newest first,
