@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Integer, Select, Update, bindparam, delete, func, select, update
+from sqlalchemy import Integer, Select, Update, any_, bindparam, delete, func, select, update
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
@@ -40,7 +40,6 @@ from wagate.outbox.models import (
     claim_rows,
     claim_statement,
     delete_jobs,
-    each_job,
     expired_error,
 )
 from wagate.outbox.retry import SEND_NOT_DELIVERED, SEND_ORPHANED
@@ -69,8 +68,8 @@ def _sent_round() -> Select[Any]:
         .values(upstream_message_id=sent.c.wamid)
         .cte("set_wamids")
     )
-    jobs = each_job("jobs")
-    finished = delete(_outbox).where(_outbox.c.id == jobs.c.id).cte("finished")
+    jobs = bindparam("jobs", type_=postgresql.ARRAY(_outbox.c.id.type))
+    finished = delete(_outbox).where(_outbox.c.id == any_(jobs)).cte("finished")
     return parked_statuses_for(wamids).add_cte(set_wamids, finished)
 
 

@@ -8,7 +8,6 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
-    BigInteger,
     Enum,
     Index,
     Integer,
@@ -18,12 +17,9 @@ from sqlalchemy import (
     Update,
     bindparam,
     delete,
-    func,
     update,
 )
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Mapped, Session, mapped_column
-from sqlalchemy.sql.selectable import TableValuedAlias
 
 from wagate.db import Base, BigIntId, UTCDateTime, dialect_name, utcnow
 
@@ -197,26 +193,11 @@ def claim_rows(
     return session.connection().execute(statement, params or {}).all()
 
 
-def each_job(parameter: str) -> TableValuedAlias:
-    """PostgreSQL: the outbox ids of the array parameter `parameter` as a table to join with
-    (`OutboxJob.id == each_job(...).c.id`), so that each id is one probe of the primary key.
-
-    Not `id = ANY(...)` (nor `IN`): PostgreSQL 15 and 16 cost that on `ix_outbox_due`, whose last
-    column is `id`, as one scan of that index, but run it as one whole scan per id, and a queue's
-    index is small enough for the planner to prefer it. A round of 32 sends' outbox rows then took
-    13-17 ms to delete instead of a tenth of one (docs/performance.md, "Tenth pass")."""
-    ids = func.unnest(bindparam(parameter, type_=postgresql.ARRAY(BigInteger)))
-    return ids.table_valued("id").render_derived()
-
-
 _DELETE_JOBS = delete(OutboxJob).where(OutboxJob.id.in_(bindparam("job_ids", expanding=True)))
-_JOBS = each_job("job_ids")
-_DELETE_EACH_JOB = delete(OutboxJob).where(OutboxJob.id == _JOBS.c.id)
 
 
 def delete_jobs(session: Session, job_ids: Sequence[int]) -> None:
     """Take finished rows out of the outbox. Built once and run on the connection: a worker finishes
     rows after every send and every batch of Meta's webhooks."""
     if job_ids:
-        statement = _DELETE_EACH_JOB if dialect_name(session) == "postgresql" else _DELETE_JOBS
-        session.connection().execute(statement, {"job_ids": list(job_ids)})
+        session.connection().execute(_DELETE_JOBS, {"job_ids": list(job_ids)})
