@@ -9,13 +9,14 @@ from typing import Any
 
 import orjson
 from fastapi import Path
+from pydantic import ValidationError
 
 from wagate.accounts.service import SessionUser
 from wagate.channels.service import member_channels
 from wagate.conversations.models import ConversationStatus
 from wagate.conversations.repository import ConversationRow
 from wagate.deps import Gateway
-from wagate.errors import WagateError
+from wagate.errors import WagateError, invalid_fields
 from wagate.limits import MAX_ID
 from wagate.live import LiveChange
 from wagate.messages.models import Direction, Message
@@ -205,7 +206,7 @@ def send_request(
 ) -> SendMessageRequest:
     """The reply as the API's own request body: to the number, or to the user id of a customer known
     without one (API.md section 13). The form's fields are checked here, all at once, as the API
-    checks its body: what it refuses is a `ReplyRefused`, never an error of the page."""
+    checks its body and refuses it with the same words (`invalid_fields`), never an error of the page."""
     recipient: dict[str, Any] = (
         {"phone_number": row.phone_number} if row.phone_number else {"user_id": row.user_id}
     )
@@ -218,14 +219,8 @@ def send_request(
         body["conversation_status"] = conversation_status
     try:
         return SendMessageRequest.model_validate(body)
-    except ValueError as exc:
-        raise ReplyRefused(str(exc)) from None
-
-
-class ReplyRefused(WagateError):
-    status_code = 422
-    code = "invalid_request"
-    message = "The reply cannot be sent."
+    except ValidationError as exc:
+        raise invalid_fields(exc.errors()) from None
 
 
 def explain_refusal(error: WagateError) -> str:
