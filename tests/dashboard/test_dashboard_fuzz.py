@@ -314,5 +314,6 @@ def test_a_reply_with_a_template_choice_that_does_not_validate_is_refused_on_its
         page = session.client.post(replies[0], data={"template": choice, "csrf_token": session.csrf})
         assert page.status_code == 422, (choice[:20], page.status_code, page.text[:300])
         assert page.headers["content-type"].startswith("text/html")
-        assert '<p class="alert" role="alert">The request is not valid: template.' in page.text, page.text[:300]
+        refusal = '<p class="alert" role="alert">The request is not valid: template.'
+        assert refusal in page.text, page.text[:300]
         assert "pydantic" not in page.text
