@@ -47,6 +47,8 @@ class JobState(enum.StrEnum):
 class Priority(enum.IntEnum):
     single = 0  # one message, usually an OTP: goes before any bulk row of its channel
     bulk = 1
+    # Every kind but sends. So a channel's rows of a better priority are its sends: a lane's claim
+    # finds them by `ix_outbox_due` alone (see `wagate.dispatch.sends`).
     background = 2
 
 
