@@ -13,7 +13,8 @@ size and database this script:
 3. times `claim_sends` (the lane's own function: 25 rows, best priority first, then by id) `--claims`
    times, each in a transaction rolled back so the backlog stays the same; p50 / p90 in ms.
 
-    .venv/bin/python bench/backlog.py [--sizes 1000,100000,300000] [--backends sqlite,postgresql] [--stale-statistics]
+    .venv/bin/python bench/backlog.py [--sizes 1000,100000,300000] [--backends sqlite,postgresql]
+                                      [--stale-statistics]
 
 docs/performance.md ("A claim behind a backlog") records a run.
 """
@@ -142,7 +143,13 @@ def main(argv: list[str] | None = None) -> int:
         if backend == "sqlite":
             with tempfile.TemporaryDirectory(prefix="wagate-backlog-") as tmp:
                 path = Path(tmp) / "backlog.db"
-                results = measure(f"sqlite+aiosqlite:///{path}", f"sqlite:///{path}", sizes, settings.claims, stale=settings.stale_statistics)
+                results = measure(
+                    f"sqlite+aiosqlite:///{path}",
+                    f"sqlite:///{path}",
+                    sizes,
+                    settings.claims,
+                    stale=settings.stale_statistics,
+                )
         elif backend == "postgresql" and postgres_available():
             with throwaway_postgres_database() as (url, _name):
                 results = measure(url, url, sizes, settings.claims, stale=settings.stale_statistics)
