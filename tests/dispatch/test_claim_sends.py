@@ -11,37 +11,14 @@ stored webhook body of their channel, older than they are.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
-from sqlalchemy import create_engine, delete, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app_in_thread import gateway_with_app
-from support import Gateway, Simulator, new_number
+from support import Gateway, new_number
 from wagate.db import utcnow
 from wagate.dispatch.sends import claim_sends
-from wagate.migrate import sync_url
 from wagate.outbox.models import JobKind, JobState, OutboxJob, Priority, outbox_row
-
-
-@pytest.fixture(scope="module")
-def gateway(database_url: str, simulator: Simulator) -> Iterator[Gateway]:
-    """Accepts and stores sends; sends none (no dispatcher), so each waits for the test's claim."""
-    with gateway_with_app(database_url, simulator, run_dispatcher=False) as (running, _):
-        yield running
-
-
-@pytest.fixture
-def session(gateway: Gateway) -> Iterator[Session]:
-    engine = create_engine(sync_url(gateway.database_url))
-    with Session(engine) as session:
-        session.execute(
-            delete(OutboxJob).where(OutboxJob.kind.in_([JobKind.meta_webhook, JobKind.send_message]))
-        )
-        session.commit()
-        yield session
-    engine.dispose()
 
 
 def accepted_send(gateway: Gateway, session: Session) -> OutboxJob:
@@ -70,26 +47,26 @@ def webhook_stored(session: Session, channel_id: int) -> int:
 
 @pytest.mark.parametrize("singles_only", [False, True], ids=["any-send", "singles-only"])
 def test_a_lanes_claim_takes_its_channels_sends_and_leaves_its_stored_webhooks(
-    gateway: Gateway, session: Session, singles_only: bool
+    idle_gateway: Gateway, idle_outbox: Session, singles_only: bool
 ) -> None:
-    first = accepted_send(gateway, session)
+    first = accepted_send(idle_gateway, idle_outbox)
     assert first.channel_id is not None
-    webhook = webhook_stored(session, first.channel_id)  # due, and before the second send
-    second = accepted_send(gateway, session)
-    session.expire_all()
+    webhook = webhook_stored(idle_outbox, first.channel_id)  # due, and before the second send
+    second = accepted_send(idle_gateway, idle_outbox)
+    idle_outbox.expire_all()
 
     claimed = claim_sends(
-        session,
+        idle_outbox,
         channel_id=first.channel_id,
         limit=10,
         worker_id="test:1",
         lease_seconds=30,
         singles_only=singles_only,
     )
-    session.commit()
+    idle_outbox.commit()
 
     assert [c.job_id for c in claimed] == [first.id, second.id]
     assert [c.message_id for c in claimed] == [first.message_id, second.message_id]
-    left = session.get(OutboxJob, webhook, populate_existing=True)
+    left = idle_outbox.get(OutboxJob, webhook, populate_existing=True)
     assert left is not None
     assert (left.state, left.locked_by, left.attempts) == (JobState.ready, None, 0)

@@ -14,38 +14,18 @@ into a dead worker's claim, and one stored webhook at a chosen moment.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime, timedelta
 
 import pytest
-from sqlalchemy import create_engine, delete, select, update
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from app_in_thread import gateway_with_app
-from support import Gateway, Simulator, new_number
+from support import Gateway, new_number
 from wagate.db import utcnow
 from wagate.dispatch.sends import release_unconfirmed
-from wagate.migrate import sync_url
 from wagate.outbox.models import JobKind, JobState, OutboxJob, Priority, outbox_row
 
 LEASE_RAN_OUT = timedelta(seconds=10)  # ago
-
-
-@pytest.fixture(scope="module")
-def gateway(database_url: str, simulator: Simulator) -> Iterator[Gateway]:
-    """Accepts and stores sends; sends none (no dispatcher), so each stays for the test to shape."""
-    with gateway_with_app(database_url, simulator, run_dispatcher=False) as (running, _):
-        yield running
-
-
-@pytest.fixture
-def session(gateway: Gateway) -> Iterator[Session]:
-    engine = create_engine(sync_url(gateway.database_url))
-    with Session(engine) as session:
-        session.execute(delete(OutboxJob).where(OutboxJob.kind == JobKind.meta_webhook))
-        session.commit()
-        yield session
-    engine.dispose()
 
 
 def orphaned_send(gateway: Gateway, session: Session, now: datetime) -> int:
@@ -82,22 +62,22 @@ def webhook_stored(session: Session, at: datetime) -> None:
     ids=["none", "before-lease", "after-both", "before-catch-up", "not-caught-up"],
 )
 def test_only_a_webhook_that_may_hold_its_status_holds_an_orphaned_send_back(
-    gateway: Gateway,
-    session: Session,
+    idle_gateway: Gateway,
+    idle_outbox: Session,
     stored_ago: int | None,
     caught_up_ago: int | None,
     held: bool,
 ) -> None:
     now = utcnow()
-    job_id = orphaned_send(gateway, session, now)
+    job_id = orphaned_send(idle_gateway, idle_outbox, now)
     if stored_ago is not None:
-        webhook_stored(session, now - timedelta(seconds=stored_ago))
+        webhook_stored(idle_outbox, now - timedelta(seconds=stored_ago))
     caught_up = None if caught_up_ago is None else now - timedelta(seconds=caught_up_ago)
 
-    release_unconfirmed(session, [job_id], webhooks_before=utcnow(), caught_up=caught_up)
-    session.commit()
+    release_unconfirmed(idle_outbox, [job_id], webhooks_before=utcnow(), caught_up=caught_up)
+    idle_outbox.commit()
 
-    job = session.get(OutboxJob, job_id)
+    job = idle_outbox.get(OutboxJob, job_id)
     assert job is not None
     if held:
         assert job.state is JobState.in_flight  # looked at again on the next round
