@@ -72,7 +72,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--stale-statistics",
         action="store_true",
-        help="ANALYZE the outbox once, before it is filled, instead of after each fill",
+        help="analyze the outbox once, just drained (periodic jobs only; autovacuum then off on "
+        "PostgreSQL), instead of after each fill",
     )
     return parser.parse_args(argv)
 
