@@ -316,4 +316,6 @@ def test_a_reply_with_a_template_choice_that_does_not_validate_is_refused_on_its
         assert page.headers["content-type"].startswith("text/html")
         refusal = '<p class="alert" role="alert">The request is not valid: template.'
         assert refusal in page.text, page.text[:300]
+        alert = page.text.split(refusal, 1)[1].split("</p>", 1)[0]
+        assert "template." not in alert, alert  # the field's issue is said once, not again as a detail
         assert "pydantic" not in page.text

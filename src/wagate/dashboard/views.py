@@ -229,8 +229,10 @@ def explain_refusal(error: WagateError) -> str:
         return (
             "The 24-hour window is closed: the customer has not written for a day. Send a template instead."
         )
-    details = "; ".join(f"{d.get('field')}: {d.get('issue')}" for d in (error.details or []))
-    return f"{error.message} {details}".strip()
+    # A detail the message already names (`invalid_fields` sums its details up) is not said twice.
+    details = [f"{d.get('field')}: {d.get('issue')}" for d in (error.details or [])]
+    unsaid = "; ".join(detail for detail in details if detail not in error.message)
+    return f"{error.message} {unsaid}".strip()
 
 
 def live_event(change: LiveChange) -> str:
