@@ -338,7 +338,7 @@ class ConnectionCount:
             " WHERE datname = current_database() OR backend_type <> 'client backend'",
         )
         self.most = max(self.most, sum(1 for _, ours in rows if ours) - 1)  # not this one
-        self.backends |= {int(pid) for pid, _ in rows}
+        self.backends |= {int(pid) for pid, _ in rows}  # read by CpuAccount meanwhile: it copies it
 
     def _sample_until_stopped(self) -> None:
         while not self.stopped.wait(0.5):
@@ -359,7 +359,9 @@ class CpuAccount:
 
     def __init__(self, pids: dict[str, int | None], backends: set[int]) -> None:
         self.base = {name: cpu_seconds(pid) for name, pid in pids.items()}
-        self.base |= {f"pg{pid}": self._cpu(pid) for pid in backends}
+        # A copy (one step under the GIL): ConnectionCount's thread adds to the set meanwhile, and
+        # iterating it directly failed a run with "Set changed size during iteration".
+        self.base |= {f"pg{pid}": self._cpu(pid) for pid in backends.copy()}
         self.used: dict[str, float] = {}
         self.busy = machine_busy_seconds()
         self.own = time.process_time()
@@ -378,7 +380,7 @@ class CpuAccount:
     def report(self, backends: set[int], phase: str = "the load") -> tuple[str, float, float]:
         """The figures, how many cores the machine was busy on average, and how many of them other
         work than the cluster's and this test's."""
-        database = sum(max(0.0, self._cpu(pid) - self.base.get(f"pg{pid}", 0.0)) for pid in backends)
+        database = sum(max(0.0, self._cpu(pid) - self.base.get(f"pg{pid}", 0.0)) for pid in backends.copy())
         test = time.process_time() - self.own
         seconds = time.monotonic() - self.began
         busy = machine_busy_seconds() - self.busy
