@@ -103,6 +103,9 @@ class ChannelLane:
         # recorded. Their leases are renewed while held, so no process takes one for orphaned.
         self.holding: set[int] = set()
         self.claim_now = False
+        # The claim ahead under way (see _round): one at a time, and the round goes on sending beside it.
+        self.claiming: asyncio.Task[None] | None = None
+        self.claim_seconds = 0.0  # how long the last claim ahead took, from asking to its rows queued
         # When a claim last found fewer due rows than it asked for: until a wake-up says rows came, or
         # a poll interval has passed (rows due later: a retry's back-off), claiming again finds none.
         self.drained_at = -math.inf
@@ -203,7 +206,11 @@ class ChannelLane:
 
         The next slices' rows are claimed ahead, while the current ones wait for their moment: a
         claim's round trip to the database would otherwise come on top of every slice, and the
-        channel would fall short of its rate by that much.
+        channel would fall short of its rate by that much. The claim runs beside the rounds, which
+        go on starting the queued sends meanwhile; a round waits for it only when nothing is queued.
+        A round that awaited the claim sent nothing while it ran (100-480 ms behind a busy writer on
+        a slow machine), and then the tokens saved meanwhile in one burst (docs/performance.md,
+        "Thirteenth pass").
         """
         pause = self.throttled_until - time.monotonic()
         if pause > 0:
@@ -220,9 +227,12 @@ class ChannelLane:
             await asyncio.wait(self.calls, return_when=asyncio.FIRST_COMPLETED)
         self._start_sends()  # what may go now goes before the claim's round trip to the database
         drained = time.monotonic() - self.drained_at < POLL_SECONDS
-        if self.claim_now or (not drained and len(self.claimed) < self._claim_ahead_size() // 2):
+        wanted = self.claim_now or (not drained and len(self.claimed) < self._claim_low_water())
+        if wanted and not self._claim_under_way():
             self.claim_now = False
-            await self._claim_ahead()
+            self.claiming = asyncio.create_task(self._claim_beside(), name=f"wagate-claim-{self.channel_id}")
+        if not self.claimed and self._claim_under_way():
+            await self._claim_settled()  # nothing to send before it comes back
         if not self.claimed:
             return False
         wait = self.limiter.wait_time(single=self._single_first())
@@ -277,8 +287,40 @@ class ChannelLane:
     def _claim_ahead_size(self) -> int:
         return min(MAX_CLAIM, math.ceil(CLAIM_AHEAD_SECONDS * self.limiter.rate))
 
+    def _claim_low_water(self) -> int:
+        """Claim again once fewer sends than this are queued: half the claim ahead, or what the
+        channel sends in twice the time the last claim took, when that is more. A claim waits behind
+        the writer's batch under way, which a busy writer on a slow machine makes 150-480 ms: with
+        the queue at half of half a second, a 1000/s channel ran dry and waited for the claim
+        (docs/performance.md, "Thirteenth pass"). Up to the whole claim ahead: the next claim then
+        starts as soon as one comes back, each for what was sent meanwhile."""
+        size = self._claim_ahead_size()
+        return min(size, max(size // 2, math.ceil(2 * self.claim_seconds * self.limiter.rate)))
+
+    def _claim_under_way(self) -> bool:
+        return self.claiming is not None and not self.claiming.done()
+
+    async def _claim_settled(self) -> None:
+        """Wait for the claim under way, if any. Not cancelled with the caller: a claim stopped midway
+        would strand the rows it took until their lease ran out."""
+        if self.claiming is not None:
+            await asyncio.wait({self.claiming})
+
+    async def _claim_beside(self) -> None:
+        started = time.monotonic()
+        try:
+            await self._claim_ahead()
+            self.claim_seconds = time.monotonic() - started
+        except Exception as exc:
+            log_failure(log, "send lane of channel %s failed a claim; going on", exc, self.channel_id)
+            await asyncio.sleep(POLL_SECONDS)  # as a failed round does, not a claim per turn of the loop
+        finally:
+            self.wake_event.set()  # the round looks at what came
+
     async def _give_back_claimed(self) -> None:
-        """Rows claimed ahead that will not be sent now: ready again, for this lane or another."""
+        """Rows claimed ahead that will not be sent now: ready again, for this lane or another (with
+        what a claim under way brings)."""
+        await self._claim_settled()
         if self.claimed:
             unsent, self.claimed = [c.job_id for c in self.claimed], deque()
             await self.deps.db.write(lambda session: sends.unclaim(session, unsent))
