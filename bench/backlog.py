@@ -26,7 +26,7 @@ import os
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from common import (
@@ -80,16 +80,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 PERIODIC_JOBS = """
 INSERT INTO outbox (kind, state, priority, payload, run_at, attempts, created_at)
-VALUES ('purge_expired', 'ready', 2, '{}', :now, 0, :now), ('sync_templates', 'ready', 2, '{}', :now, 0, :now)
+VALUES ('purge_expired', 'ready', 2, '{}', :later, 0, :now),
+       ('sync_templates', 'ready', 2, '{}', :later, 0, :now)
 """
 
 
 def drained(engine: Engine, fill: str) -> None:
-    """The statistics of an outbox that has just drained: taken when it held its periodic jobs."""
-    with engine.begin() as connection:
-        connection.execute(text(PERIODIC_JOBS), {"now": datetime.now(UTC)})
+    """The statistics of an outbox that has just drained: taken when it held its periodic jobs, each
+    due at its next run (the template sync and the purge come back hourly), so that every `run_at` the
+    statistics know of is in the future."""
+    now = datetime.now(UTC)
+    with engine.begin() as connection:  # each periodic job is put back after its run: behind the sends
         connection.execute(text(fill), {"rows": 10_000})
         connection.execute(text("DELETE FROM outbox WHERE kind = 'send_message'"))
+        connection.execute(text(PERIODIC_JOBS), {"now": now, "later": now + timedelta(hours=1)})
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
         connection.execute(text("VACUUM"))
         connection.execute(text("ANALYZE"))
