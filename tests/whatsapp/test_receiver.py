@@ -7,10 +7,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import orjson
+import psycopg
+import pytest
 
 from app_in_thread import sql
 from support import APP_SECRET, MAIN, VERIFY_TOKEN, Gateway, new_number, wait_for, writes_held
 from wagate.whatsapp.signature import sign
+from wagate.whatsapp.webhook import HANDED_OVER_SECONDS
 
 
 def post_signed(gateway: Gateway, body: Any, secret: str = APP_SECRET) -> Any:
@@ -114,7 +117,7 @@ def test_on_sqlite_a_status_is_applied_before_its_200(gateway: Gateway) -> None:
     """SQLite: the one process sends for every channel and applies a status body in the unit of work
     its 200 waits for, never storing it (docs/performance.md, "Seventh pass"): read from the database
     the moment the 200 is in, the message has moved. (Stored, it would wait for the dispatcher's claim
-    and apply, two more commits.) PostgreSQL stores it for the dispatcher, which applies it soon."""
+    and apply, two more commits.) PostgreSQL stores it and applies it soon (the test below)."""
     gateway.sim.configure(auto_statuses=False)
     try:
         for message_id, wamid, to in [sent_message(gateway) for _ in range(5)]:
@@ -125,6 +128,38 @@ def test_on_sqlite_a_status_is_applied_before_its_200(gateway: Gateway) -> None:
                 assert row == [("delivered",)]
             else:
                 gateway.wait_status(message_id, "delivered")
+        assert sql(gateway.database_url, "SELECT count(*) FROM outbox WHERE kind = 'meta_webhook'") == [(0,)]
+    finally:
+        gateway.sim.configure(auto_statuses=True)
+
+
+def test_on_postgresql_the_process_that_stored_a_status_applies_it_without_a_claim(gateway: Gateway) -> None:
+    """PostgreSQL: the body is stored before the 200, due for a claim only `HANDED_OVER_SECONDS` later,
+    and the process that stored it, which sends for its channel, applies it from what it received,
+    deleting the row in the same transaction (docs/performance.md, "Fourteenth pass"). While that
+    transaction waits (another session holds the messages), the row reads as stored: never claimed,
+    due seconds ahead. Then the message moves and no row is left."""
+    if gateway.database_url.startswith("sqlite"):
+        pytest.skip("SQLite applies a status before its 200 (the test above)")
+    gateway.sim.configure(auto_statuses=False)
+    try:
+        message_id, wamid, to = sent_message(gateway)
+        delivered = status_webhook(status(wamid, "delivered", int(time.time()), to))
+        url = gateway.database_url.replace("postgresql+psycopg://", "postgresql://")
+        with psycopg.connect(url) as held:
+            held.execute("LOCK TABLE messages IN EXCLUSIVE MODE")  # reads go on, the status waits
+            assert post_signed(gateway, delivered).status_code == 200
+            time.sleep(1.0)  # past the dispatcher's next tick
+            rows = sql(
+                gateway.database_url,
+                "SELECT attempts, locked_by, run_at - created_at FROM outbox WHERE kind = 'meta_webhook'",
+            )
+            held.rollback()
+        assert len(rows) == 1, rows
+        attempts, locked_by, due_after = rows[0]
+        assert (attempts, locked_by) == (0, None)
+        assert due_after.total_seconds() == pytest.approx(HANDED_OVER_SECONDS, abs=0.5)
+        gateway.wait_status(message_id, "delivered", timeout=HANDED_OVER_SECONDS / 2)
         assert sql(gateway.database_url, "SELECT count(*) FROM outbox WHERE kind = 'meta_webhook'") == [(0,)]
     finally:
         gateway.sim.configure(auto_statuses=True)

@@ -13,6 +13,7 @@ import logging
 import os
 import socket
 import time
+from collections import deque
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from functools import partial
@@ -30,6 +31,7 @@ from wagate.dispatch.send_lane import ChannelLane
 from wagate.events.subscriptions import Subscriptions
 from wagate.live import API_SESSION_PREFIX
 from wagate.lookups import Lookups
+from wagate.messages.webhooks import WebhooksApplied
 from wagate.metrics import ChannelRate, Metrics
 from wagate.outbox.errors import describe_error
 from wagate.outbox.isolation import log_failure, write_isolating
@@ -42,6 +44,8 @@ from wagate.whatsapp.client import CloudApiClient
 log = logging.getLogger(__name__)
 
 POLL_SECONDS = 1.0
+# Bodies handed over and not yet applied, at most: two batches (see `Dispatcher.hand_over`).
+RECEIVED_MAX = 2 * jobs.WEBHOOK_BATCH
 
 
 class Dispatcher:
@@ -73,6 +77,10 @@ class Dispatcher:
         self._last_maintenance = 0.0
         # Meta webhook bodies claimed when the database went away, applied first when it is back.
         self._held_webhooks: list[jobs.ClaimedJob] = []
+        # Bodies the receiver stored for this process's channels, applied without a claim (see
+        # `hand_over`); `_claim_webhooks`: whether the next tick must claim stored bodies anyway.
+        self._received: deque[jobs.ReceivedBody] = deque()
+        self._claim_webhooks = True
         self._task: asyncio.Task[None] | None = None
         self._listener: asyncio.Task[None] | None = None
         self.events: EventLane | None = None
@@ -99,7 +107,21 @@ class Dispatcher:
             if self.ownership.held_elsewhere(channel_id):
                 return  # its owner heard the same NOTIFY
             self._lanes_needed = True  # nobody may send for it yet: take it, and its bodies with it
+        self._claim_webhooks = True
         self._wake.set()
+
+    def hand_over(self, job_id: int, channel_id: int | None, body: dict[str, Any]) -> None:
+        """The receiver stored this body for one of this process's channels (committed), due for a
+        claim only a few seconds on (`HANDED_OVER_SECONDS`): the next tick applies it as it is,
+        without claiming its row (`jobs.apply_received`). A claim that takes the row first applies
+        it instead."""
+        self._received.append(jobs.ReceivedBody(job_id, channel_id, body))
+        self._wake.set()
+
+    def hand_over_room(self) -> bool:
+        """Whether the receiver may hand over one more body (at most `RECEIVED_MAX` wait here; past
+        them, bodies are stored due at once and claimed)."""
+        return self.running and len(self._received) < RECEIVED_MAX
 
     def _heard(self, channel_id: int | None, webhook: bool) -> None:
         """A NOTIFY from another process (outbox/notify.py)."""
@@ -171,6 +193,7 @@ class Dispatcher:
                 await asyncio.gather(task, return_exceptions=True)
         await asyncio.gather(*(lane.stop() for lane in self.lanes.values()), return_exceptions=True)
         self.lanes.clear()
+        self._received.clear()  # their rows are stored and unclaimed: the channels' next owner claims them
         if self.events is not None:
             await self.events.stop()
             self.events = None
@@ -203,27 +226,16 @@ class Dispatcher:
     async def _tick(self) -> bool:
         started = utcnow()  # stored webhooks from before now are applied below, if they can be
         subscriptions = await self.lookups.subscriptions()
-        batch = await jobs.run_webhook_batch(
-            self.db,
-            worker_id=self.worker_id,
-            # Only the bodies of the channels this process sends for (and those of no one channel):
-            # another process's status updates would wait on, and deadlock with, their owner's writes
-            # to the same messages rows (the scale-out test: 1 s stalls, PostgreSQL's deadlock_timeout).
-            channels=None if self.ownership.sole else set(self.lanes),
-            subscriptions=subscriptions,
-            prices=self.settings.prices,
-            held=self._held_webhooks,
-        )
-        self._held_webhooks = batch.held
-        if batch.statuses:
-            self.metrics.statuses_applied.inc(batch.statuses)
-        if batch.events:
-            self.wake_events()
-        # Only a full batch may have left bodies behind. One stored meanwhile woke `_wake` (cleared
-        # before this tick), so the next tick comes at once anyway; claiming again on the chance would
-        # cost an empty claim, a transaction, after every body a low rate brings one at a time.
-        busy = batch.taken >= jobs.WEBHOOK_BATCH and not batch.held
         maintenance_due = time.monotonic() - self._last_maintenance >= POLL_SECONDS
+        busy = False
+        if self._received:
+            busy = await self._apply_received(subscriptions)
+        # Claimed only when nothing was handed over (the bodies of another process, or of before), when
+        # applying them failed, or once a maintenance round: bodies that were not handed over (too
+        # many waiting) must not wait behind a steady stream of those that were.
+        if self._claim_webhooks or maintenance_due:
+            self._claim_webhooks = False
+            busy = await self._claim_and_apply(subscriptions) or busy
         if self._lanes_needed or maintenance_due:
             self._lanes_needed = False
             await self._start_lanes()
@@ -260,6 +272,51 @@ class Dispatcher:
                 {"prefix": API_SESSION_PREFIX + "%", "grace": grace},
             )
         return since
+
+    async def _apply_received(self, subscriptions: Subscriptions) -> bool:
+        """Apply the bodies handed over (a batch at most); True when more wait."""
+        taken = [self._received.popleft() for _ in range(min(len(self._received), jobs.WEBHOOK_BATCH))]
+        # A channel taken by another process since (its lock's connection lost) is its to apply: the
+        # row stays for that process's claim.
+        mine = [
+            item
+            for item in taken
+            if self.ownership.sole or item.channel_id is None or item.channel_id in self.lanes
+        ]
+        applied = await jobs.apply_received(self.db, mine, subscriptions, self.settings.prices)
+        if applied is None:
+            self._claim_webhooks = True
+            return True
+        self._count_applied(applied)
+        return bool(self._received)
+
+    async def _claim_and_apply(self, subscriptions: Subscriptions) -> bool:
+        """Claim stored bodies and apply them; True when a full batch may have left some behind."""
+        batch = await jobs.run_webhook_batch(
+            self.db,
+            worker_id=self.worker_id,
+            # Only the bodies of the channels this process sends for (and those of no one channel):
+            # another process's status updates would wait on, and deadlock with, their owner's writes
+            # to the same messages rows (the scale-out test: 1 s stalls, PostgreSQL's deadlock_timeout).
+            channels=None if self.ownership.sole else set(self.lanes),
+            subscriptions=subscriptions,
+            prices=self.settings.prices,
+            held=self._held_webhooks,
+        )
+        self._held_webhooks = batch.held
+        self._count_applied(batch)
+        # Only a full batch may have left bodies behind. One stored meanwhile woke `_wake` (cleared
+        # before this tick), so the next tick comes at once anyway; claiming again on the chance would
+        # cost an empty claim, a transaction, after every body a low rate brings one at a time.
+        full = batch.taken >= jobs.WEBHOOK_BATCH and not batch.held
+        self._claim_webhooks = full or bool(batch.held)
+        return full
+
+    def _count_applied(self, applied: jobs.WebhookBatch | WebhooksApplied) -> None:
+        if applied.statuses:
+            self.metrics.statuses_applied.inc(applied.statuses)
+        if applied.events:
+            self.wake_events()
 
     async def _release_unconfirmed(self, subscriptions: Subscriptions, *, webhooks_before: datetime) -> None:
         """Settle sends whose outcome stayed unknown too long (see sends.release_unconfirmed), except
@@ -333,6 +390,7 @@ class Dispatcher:
             await self.db.write(
                 partial(jobs.take_over_webhooks, channel_ids=taken, worker_id=self.worker_id), first=True
             )
+            self._claim_webhooks = True  # their bodies, from now on this process's to apply
         for channel_id in held:
             lane = self.lanes.get(channel_id)
             if lane is None:

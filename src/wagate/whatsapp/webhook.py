@@ -6,6 +6,7 @@ import hmac
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from functools import cache
 from typing import Any
 
@@ -34,7 +35,9 @@ def _store_statement(dialect: str) -> Insert:
     PostgreSQL the rows go as one JSON parameter (`insert_from_json`): the driver then handles one
     value, not sixteen per body (docs/performance.md, "Ninth pass")."""
     outbox = table_of(OutboxJob)
-    return insert_from_json(outbox, "rows") if dialect == "postgresql" else insert(outbox)
+    if dialect == "postgresql":
+        return insert_from_json(outbox, "rows").returning(outbox.c.id)
+    return insert(outbox)
 
 
 @dataclass(frozen=True)
@@ -46,13 +49,24 @@ class ReceiverDeps:
     settings: Settings
     # This process's dispatcher applies the channel's stored bodies (else NOTIFY its owner).
     applied_here: Callable[[int | None], bool]
-    wake: Callable[[], None]  # stored bodies are waiting: apply them now
+    wake: Callable[[int | None], None]  # bodies are stored for the channel: claim and apply them now
     # Applies a body about a channel of `applied_here` at once (False: it could not; store it).
     # None: every body is stored first (PostgreSQL; see app.py).
     apply_now: Callable[[dict[str, Any]], Awaitable[bool]] | None
+    # Takes a body stored for a channel of `applied_here` (its outbox row's id, its channel), to
+    # apply it without claiming the row (PostgreSQL; see app.py). None: stored bodies are claimed.
+    hand_over: Callable[[int, int | None, dict[str, Any]], None] | None
+    # Whether `hand_over` takes more now (it holds a bounded number).
+    hand_over_room: Callable[[], bool]
     # The channel of a business phone number id (None: not ours): a body is applied by the process
     # that sends for its channel (see `receive`).
     channel_of: Callable[[str], Awaitable[int | None]]
+
+
+# A body handed over is due for a claim only this long after it was stored: until then its row is
+# left to the process that stored it, which applies it without a claim (`ReceiverDeps.hand_over`).
+# Past it (that process stopped, or its write failed), any claim of the channel takes it.
+HANDED_OVER_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -60,16 +74,19 @@ class _Stored:
     body: dict[str, Any]
     channel_id: int | None
     notify: bool
+    handed_over: bool
 
 
-def _store_bodies(session: Session, bodies: list[_Stored]) -> list[None]:
-    """The bodies that came in together, in one statement (they share a batch: see `Mergeable`)."""
+def _store_bodies(session: Session, bodies: list[_Stored]) -> list[int | None]:
+    """The bodies that came in together, in one statement (they share a batch: see `Mergeable`).
+    Returns each one's row id on PostgreSQL (None on SQLite, whose bodies are not handed over)."""
     now = utcnow()
+    later = now + timedelta(seconds=HANDED_OVER_SECONDS)
     rows = [
         outbox_row(
             JobKind.meta_webhook,
             payload=stored.body,
-            run_at=now,
+            run_at=later if stored.handed_over else now,
             priority=Priority.background,
             now=now,
             channel_id=stored.channel_id,
@@ -77,11 +94,15 @@ def _store_bodies(session: Session, bodies: list[_Stored]) -> list[None]:
         for stored in bodies
     ]
     dialect = dialect_name(session)
-    parameters = {"rows": rows} if dialect == "postgresql" else rows
-    session.connection().execute(_store_statement(dialect), parameters)
     for channel_id in dict.fromkeys(stored.channel_id for stored in bodies if stored.notify):
         notify_outbox(session, channel_id, webhook=True)
-    return [None] * len(bodies)
+    if dialect != "postgresql":
+        session.connection().execute(_store_statement(dialect), rows)
+        return [None] * len(bodies)
+    # One INSERT ... SELECT in the rows' order: the sequence numbers them in that order, whatever
+    # order RETURNING gives them back in.
+    ids = sorted(session.connection().execute(_store_statement(dialect), {"rows": rows}).scalars())
+    return list(ids)
 
 
 def _deps(request: Request) -> ReceiverDeps:
@@ -140,9 +161,14 @@ async def receive(request: Request) -> Response:
 
     # Stored before the 200: Meta does not resend what it saw acknowledged. Ours applies it; otherwise
     # a worker elsewhere must be told.
-    stored = _Stored(body, channel_id, notify=not deps.applied_here(channel_id))
-    await deps.db.write(Mergeable(None, stored, _store_bodies))
-    deps.wake()
+    applied_here = deps.applied_here(channel_id)
+    handed_over = applied_here and deps.hand_over is not None and deps.hand_over_room()
+    stored = _Stored(body, channel_id, notify=not applied_here, handed_over=handed_over)
+    job_id = await deps.db.write(Mergeable(None, stored, _store_bodies))
+    if handed_over and deps.hand_over is not None and job_id is not None:
+        deps.hand_over(job_id, channel_id, body)
+    else:
+        deps.wake(channel_id)
     return Response(status_code=200)
 
 
