@@ -309,7 +309,8 @@ class Dispatcher:
         # before this tick), so the next tick comes at once anyway; claiming again on the chance would
         # cost an empty claim, a transaction, after every body a low rate brings one at a time.
         full = batch.taken >= jobs.WEBHOOK_BATCH and not batch.held
-        self._claim_webhooks = full or bool(batch.held)
+        if full or batch.held:  # (never cleared here: a body stored meanwhile asked for a claim too)
+            self._claim_webhooks = True
         return full
 
     def _count_applied(self, applied: jobs.WebhookBatch | WebhooksApplied) -> None:
