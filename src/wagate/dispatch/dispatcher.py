@@ -230,9 +230,10 @@ class Dispatcher:
         busy = False
         if self._received:
             busy = await self._apply_received(subscriptions)
-        # Claimed only when nothing was handed over (the bodies of another process, or of before), when
-        # applying them failed, or once a maintenance round: bodies that were not handed over (too
-        # many waiting) must not wait behind a steady stream of those that were.
+        # Stored bodies are claimed when something asked for it (a body stored and not handed over,
+        # another process's NOTIFY, a full batch, a failed apply, a channel taken over) and once a
+        # maintenance round (bodies whose retry came due); never on the chance, after every body
+        # handed over: that claim would take the rows the next tick applies without one.
         if self._claim_webhooks or maintenance_due:
             self._claim_webhooks = False
             busy = await self._claim_and_apply(subscriptions) or busy
