@@ -101,8 +101,7 @@ def _store_bodies(session: Session, bodies: list[_Stored]) -> list[int | None]:
         return [None] * len(bodies)
     # One INSERT ... SELECT in the rows' order: the sequence numbers them in that order, whatever
     # order RETURNING gives them back in.
-    ids = sorted(session.connection().execute(_store_statement(dialect), {"rows": rows}).scalars())
-    return list(ids)
+    return sorted(session.connection().execute(_store_statement(dialect), {"rows": rows}).scalars())
 
 
 def _deps(request: Request) -> ReceiverDeps:
@@ -162,11 +161,11 @@ async def receive(request: Request) -> Response:
     # Stored before the 200: Meta does not resend what it saw acknowledged. Ours applies it; otherwise
     # a worker elsewhere must be told.
     applied_here = deps.applied_here(channel_id)
-    handed_over = applied_here and deps.hand_over is not None and deps.hand_over_room()
-    stored = _Stored(body, channel_id, notify=not applied_here, handed_over=handed_over)
+    hand_over = deps.hand_over if applied_here and deps.hand_over_room() else None
+    stored = _Stored(body, channel_id, notify=not applied_here, handed_over=hand_over is not None)
     job_id = await deps.db.write(Mergeable(None, stored, _store_bodies))
-    if handed_over and deps.hand_over is not None and job_id is not None:
-        deps.hand_over(job_id, channel_id, body)
+    if hand_over is not None and job_id is not None:
+        hand_over(job_id, channel_id, body)
     else:
         deps.wake(channel_id)
     return Response(status_code=200)
