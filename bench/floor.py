@@ -16,6 +16,17 @@ The floor per accepted send is (2) + (3): no authentication, no checks, no idemp
 dispatch, no logs. `bare / floor` is the highest ratio to the bare endpoint any gateway written on
 this stack could show; the targets' 0.25 and 0.30 are compared with it.
 
+The same for a status webhook applied (target: 3,000 a second, an absolute figure):
+4. A status webhook's request alone: `wagate serve` (bench/stack.py, on SQLite) under the same closed
+   loop of Meta's status bodies (bench/statuses.py's), each signed with a wrong secret, so that the
+   server does everything a status's POST does before any database work (the protocol's limits, the
+   request log and guard, reading the body, checking its signature) and answers 401.
+5. The driver alone applying statuses: per status, its message read by wamid and its new status and
+   history written (a copy of the messages table with its wamid index, no other constraint), 64
+   statuses per transaction, a statement per message and then one statement for all of them.
+The floor per status is (4) + (5); `1000 / floor` is the most statuses a second one core could apply
+with nothing else done (no parsing into objects, no customers, no events, no costs).
+
     .venv/bin/python bench/floor.py [--duration 8] [--databases sqlite,postgresql] [--json F]
 """
 
@@ -43,8 +54,10 @@ from common import (
     wait_http_ok,
 )
 from loadgen import closed_loop
-from sqlalchemy import Column, Integer, MetaData, Table, create_engine
+from sqlalchemy import Column, Index, Integer, MetaData, Table, create_engine
 from sqlalchemy.types import NullType
+from stack import GatewayStack
+from statuses import status_body
 
 from wagate.db import table_of
 from wagate.messages.models import Message
@@ -60,6 +73,7 @@ BODY = json.dumps(
     }
 ).encode()
 BATCH = 64
+STATUS_TARGET = 3000  # DESIGN.md: Meta status webhooks applied a second
 
 
 def log(text: str) -> None:
@@ -215,6 +229,131 @@ def driver_cpu_us(url: str, sends: int, multi_row: bool) -> float:
     return round(spent * 1e6 / (len(batches) * BATCH), 1)
 
 
+# --------------------------------------------------------------------------- 4, 5: a status webhook
+
+
+def refused_status_cpu_ms(duration: float, concurrency: int) -> dict[str, Any]:
+    """CPU ms of `wagate serve` per status webhook answered 401 (a wrong signature), and per second."""
+    with GatewayStack() as stack:
+        assert stack.server is not None
+        entry = {
+            "wamid": "wamid.floor",
+            "to": "+994551234567",
+            "user_id": "AZ.floor",
+            "biz_opaque_callback_data": "m",
+        }
+        body = status_body(entry, "delivered", int(time.time()))
+        headers = {"Content-Type": "application/json", "X-Hub-Signature-256": "sha256=" + "0" * 64}
+
+        def load(seconds: float) -> Any:
+            return asyncio.run(
+                closed_loop(
+                    f"{stack.url}/webhooks/whatsapp",
+                    make_body=lambda: body,
+                    headers=headers,
+                    concurrency=concurrency,
+                    duration=seconds,
+                    ok_status=401,
+                )
+            )
+
+        load(1.0)  # warm-up
+        before = cpu_snapshot([stack.server.pid])
+        result = load(duration)
+        after = cpu_snapshot([stack.server.pid])
+    per_second = result.summary()["ok_per_second"]
+    cpu = cpu_usage(before, after, {"server": [stack.server.pid]})
+    return {
+        "ok_per_second": per_second,
+        "server_pct": cpu["server_pct"],
+        "cpu_ms": round(cpu["server_pct"] * 10 / per_second, 4) if per_second else None,
+    }
+
+
+def as_list(history: Any) -> list[Any]:
+    """A JSON column's value: sqlite3 gives its text, psycopg the parsed list."""
+    return history if isinstance(history, list) else json.loads(history)
+
+
+def apply_cpu_us(url: str, statuses: int, one_statement: bool) -> float:
+    """CPU microseconds of this process per status applied by the driver alone: BATCH messages read by
+    wamid, and their status, history and time written, per transaction."""
+    engine = create_engine(url)
+    metadata = MetaData()
+    messages, _ = bare_tables(metadata)
+    Index("floor_messages_wamid", messages.c.upstream_message_id)
+    metadata.drop_all(engine)
+    metadata.create_all(engine)
+    placeholder = "?" if url.startswith("sqlite") else "%s"
+    rows = []
+    for n in range(1, statuses + 1):
+        message, _ = rows_of_a_send(n)
+        message["upstream_message_id"] = f"wamid.{n:030d}"
+        rows.append(message)
+    marks = ", ".join([placeholder] * BATCH)
+    read = (
+        f"SELECT id, status, status_history FROM {messages.name}"  # noqa: S608 (our own names)
+        f" WHERE upstream_message_id IN ({marks})"
+    )
+    one = (
+        f"UPDATE {messages.name} SET status = {placeholder}, status_history = {placeholder},"  # noqa: S608
+        f" updated_at = {placeholder} WHERE id = {placeholder}"
+    )
+    if url.startswith("sqlite"):
+        # SQLite 3.33 and later: an UPDATE from the rows of a VALUES list.
+        values = ", ".join([f"({placeholder}, {placeholder}, {placeholder}, {placeholder})"] * BATCH)
+        many = (
+            f"WITH v(status, history, at, id) AS (VALUES {values})"  # noqa: S608 (our own names)
+            f" UPDATE {messages.name} SET status = v.status, status_history = v.history,"
+            f" updated_at = v.at FROM v WHERE {messages.name}.id = v.id"
+        )
+    else:
+        cast = f"({placeholder}, {placeholder}::json, {placeholder}::timestamp, {placeholder})"
+        many = (
+            f"UPDATE {messages.name} AS m SET status = v.status, status_history = v.history,"  # noqa: S608
+            f" updated_at = v.at FROM (VALUES {', '.join([cast] * BATCH)}) AS v(status, history, at, id)"
+            " WHERE m.id = v.id"
+        )
+    raw = engine.raw_connection()
+    try:
+        connection: Any = raw.driver_connection
+        if isinstance(connection, sqlite3.Connection):
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.execute("PRAGMA synchronous=FULL")
+        cursor = connection.cursor()
+        for chunk in range(0, len(rows), BATCH):
+            cursor.executemany(
+                insert_sql(messages, placeholder), [list(r.values()) for r in rows[chunk : chunk + BATCH]]
+            )
+        connection.commit()
+        batches = [rows[i : i + BATCH] for i in range(0, len(rows) - BATCH + 1, BATCH)]
+        started = time.process_time()
+        for batch in batches:
+            cursor.execute(read, [r["upstream_message_id"] for r in batch])
+            found = cursor.fetchall()
+            now = datetime.now(UTC).replace(tzinfo=None)
+            changes = [
+                (
+                    "delivered",
+                    json.dumps([*as_list(history), {"status": "delivered", "at": now.isoformat()}]),
+                    now,
+                    message_id,
+                )
+                for message_id, _, history in found
+            ]
+            if one_statement:
+                cursor.execute(many, [value for change in changes for value in change])
+            else:
+                cursor.executemany(one, changes)
+            connection.commit()
+        spent = time.process_time() - started
+    finally:
+        raw.close()
+        metadata.drop_all(engine)
+        engine.dispose()
+    return round(spent * 1e6 / (len(batches) * BATCH), 1)
+
+
 # --------------------------------------------------------------------------- the run
 
 
@@ -240,13 +379,19 @@ def main() -> None:
             if database == "postgresql" and not postgres_available():
                 log("postgresql: not reachable at 127.0.0.1:5432, skipped")
                 continue
-            log(f"{database}: the driver alone, {args.sends} sends")
+            log(f"{database}: the driver alone, {args.sends} sends, then {args.sends} statuses")
             if database == "sqlite":
                 url = f"sqlite:///{workdir / 'floor.db'}"
                 figures[database] = {m: driver_cpu_us(url, args.sends, m) for m in (False, True)}
+                figures[f"{database}_statuses"] = {m: apply_cpu_us(url, args.sends, m) for m in (False, True)}
             else:
                 with throwaway_postgres_database("wagate_floor_") as (url, _):
                     figures[database] = {m: driver_cpu_us(url, args.sends, m) for m in (False, True)}
+                    figures[f"{database}_statuses"] = {
+                        m: apply_cpu_us(url, args.sends, m) for m in (False, True)
+                    }
+        log(f"a status webhook's request alone: `wagate serve` refusing its signature, {args.duration} s")
+        figures["refused_status"] = refused_status_cpu_ms(args.duration, args.concurrency)
     bare_ms = figures["bare"]["cpu_ms"]
     http_ms = figures["raw_asgi"]["cpu_ms"]
     print(f"\nfloor of an accepted send, {figures['stamp']}, {BATCH} sends per transaction\n")
@@ -274,6 +419,29 @@ def main() -> None:
         "\nms of CPU: the server's per answered request (1, 2) or this process's per send's two rows, the"
         "\ncommit included (3). highest ratio: bare / floor, the ratio a gateway doing nothing but serve the"
         "\nrequest and write its two rows could reach (PostgreSQL's own CPU not counted)."
+    )
+    refused = figures["refused_status"]
+    print(f"\nfloor of an applied status, {BATCH} statuses per transaction (target {STATUS_TARGET}/s)\n")
+    print(f"{'':44} {'ms of CPU':>10} {'req/s':>8} {'statuses/s':>11}")
+    print(
+        f"{'status POST alone (wagate serve, 401)':44} {refused['cpu_ms']:>10.3f} "
+        f"{refused['ok_per_second']:>8.0f} {1000 / refused['cpu_ms']:>11.0f}"
+    )
+    figures["status_ceilings"] = {}
+    for database in databases:
+        if f"{database}_statuses" not in figures:
+            continue
+        for one_statement, label in ((False, "a statement per status"), (True, "one statement for all")):
+            driver_ms = figures[f"{database}_statuses"][one_statement] / 1000
+            floor_ms = refused["cpu_ms"] + driver_ms
+            ceiling = 1000 / floor_ms
+            figures["status_ceilings"][f"{database}, {label}"] = round(ceiling)
+            print(f"{database + ' driver, ' + label:44} {driver_ms:>10.3f}")
+            print(f"{'  floor: the POST + that driver':44} {floor_ms:>10.3f} {'':>8} {ceiling:>11.0f}")
+    print(
+        "\nstatuses/s: what one core could apply at that cost with nothing else done (no parsing into"
+        "\nobjects, no customers, no events, no costs; PostgreSQL's own CPU not counted); the target leaves"
+        f"\n{1000 / STATUS_TARGET:.3f} ms of one core a status."
     )
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2, default=str))
