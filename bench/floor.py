@@ -34,11 +34,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sqlite3
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -193,22 +195,36 @@ def insert_sql(table: Table, placeholder: str, rows: int = 1) -> str:
     return f"INSERT INTO {table.name} ({', '.join(names)}) VALUES {values}"  # noqa: S608 (our own names)
 
 
-def driver_cpu_us(url: str, sends: int, multi_row: bool) -> float:
-    """CPU microseconds of this process per send: its two rows, BATCH sends per transaction."""
+@contextlib.contextmanager
+def floor_tables(url: str, *, wamid_index: bool = False) -> Iterator[tuple[Table, Table, Any]]:
+    """The bare copies of the messages and outbox tables, made anew, and the driver's own connection
+    to them (SQLite in WAL mode with `synchronous=FULL`, as the gateway runs it); dropped after."""
     engine = create_engine(url)
     metadata = MetaData()
     messages, outbox = bare_tables(metadata)
+    if wamid_index:
+        Index("floor_messages_wamid", messages.c.upstream_message_id)
     metadata.drop_all(engine)
     metadata.create_all(engine)
-    placeholder = "?" if url.startswith("sqlite") else "%s"
-    single = [insert_sql(messages, placeholder), insert_sql(outbox, placeholder)]
-    multi = [insert_sql(messages, placeholder, BATCH), insert_sql(outbox, placeholder, BATCH)]
     raw = engine.raw_connection()
     try:
         connection: Any = raw.driver_connection
         if isinstance(connection, sqlite3.Connection):
             connection.execute("PRAGMA journal_mode=WAL")
             connection.execute("PRAGMA synchronous=FULL")
+        yield messages, outbox, connection
+    finally:
+        raw.close()
+        metadata.drop_all(engine)
+        engine.dispose()
+
+
+def driver_cpu_us(url: str, sends: int, multi_row: bool) -> float:
+    """CPU microseconds of this process per send: its two rows, BATCH sends per transaction."""
+    placeholder = "?" if url.startswith("sqlite") else "%s"
+    with floor_tables(url) as (messages, outbox, connection):
+        single = [insert_sql(messages, placeholder), insert_sql(outbox, placeholder)]
+        multi = [insert_sql(messages, placeholder, BATCH), insert_sql(outbox, placeholder, BATCH)]
         cursor = connection.cursor()
         batches = [[rows_of_a_send(b * BATCH + i + 1) for i in range(BATCH)] for b in range(sends // BATCH)]
         started = time.process_time()
@@ -222,10 +238,6 @@ def driver_cpu_us(url: str, sends: int, multi_row: bool) -> float:
                     cursor.execute(single[1], list(job.values()))
             connection.commit()
         spent = time.process_time() - started
-    finally:
-        raw.close()
-        metadata.drop_all(engine)
-        engine.dispose()
     return round(spent * 1e6 / (len(batches) * BATCH), 1)
 
 
@@ -275,62 +287,52 @@ def as_list(history: Any) -> list[Any]:
     return history if isinstance(history, list) else json.loads(history)
 
 
+def status_statements(table: str, placeholder: str) -> tuple[str, str, str]:
+    """Read BATCH messages by wamid; write one message's status, history and time; write BATCH."""
+    marks = ", ".join([placeholder] * BATCH)
+    read = f"SELECT id, status, status_history FROM {table} WHERE upstream_message_id IN ({marks})"  # noqa: S608
+    one = (
+        f"UPDATE {table} SET status = {placeholder}, status_history = {placeholder},"  # noqa: S608
+        f" updated_at = {placeholder} WHERE id = {placeholder}"
+    )
+    if placeholder == "?":
+        # SQLite 3.33 and later: an UPDATE from the rows of a VALUES list.
+        values = ", ".join([f"({placeholder}, {placeholder}, {placeholder}, {placeholder})"] * BATCH)
+        many = (
+            f"WITH v(status, history, at, id) AS (VALUES {values})"  # noqa: S608 (our own names)
+            f" UPDATE {table} SET status = v.status, status_history = v.history,"
+            f" updated_at = v.at FROM v WHERE {table}.id = v.id"
+        )
+    else:
+        cast = f"({placeholder}, {placeholder}::json, {placeholder}::timestamp, {placeholder})"
+        many = (
+            f"UPDATE {table} AS m SET status = v.status, status_history = v.history,"  # noqa: S608
+            f" updated_at = v.at FROM (VALUES {', '.join([cast] * BATCH)}) AS v(status, history, at, id)"
+            " WHERE m.id = v.id"
+        )
+    return read, one, many
+
+
 def apply_cpu_us(url: str, statuses: int, one_statement: bool) -> float:
     """CPU microseconds of this process per status applied by the driver alone: BATCH messages read by
     wamid, and their status, history and time written, per transaction."""
-    engine = create_engine(url)
-    metadata = MetaData()
-    messages, _ = bare_tables(metadata)
-    Index("floor_messages_wamid", messages.c.upstream_message_id)
-    metadata.drop_all(engine)
-    metadata.create_all(engine)
     placeholder = "?" if url.startswith("sqlite") else "%s"
     rows = []
     for n in range(1, statuses + 1):
         message, _ = rows_of_a_send(n)
         message["upstream_message_id"] = f"wamid.{n:030d}"
         rows.append(message)
-    marks = ", ".join([placeholder] * BATCH)
-    read = (
-        f"SELECT id, status, status_history FROM {messages.name}"  # noqa: S608 (our own names)
-        f" WHERE upstream_message_id IN ({marks})"
-    )
-    one = (
-        f"UPDATE {messages.name} SET status = {placeholder}, status_history = {placeholder},"  # noqa: S608
-        f" updated_at = {placeholder} WHERE id = {placeholder}"
-    )
-    if url.startswith("sqlite"):
-        # SQLite 3.33 and later: an UPDATE from the rows of a VALUES list.
-        values = ", ".join([f"({placeholder}, {placeholder}, {placeholder}, {placeholder})"] * BATCH)
-        many = (
-            f"WITH v(status, history, at, id) AS (VALUES {values})"  # noqa: S608 (our own names)
-            f" UPDATE {messages.name} SET status = v.status, status_history = v.history,"
-            f" updated_at = v.at FROM v WHERE {messages.name}.id = v.id"
-        )
-    else:
-        cast = f"({placeholder}, {placeholder}::json, {placeholder}::timestamp, {placeholder})"
-        many = (
-            f"UPDATE {messages.name} AS m SET status = v.status, status_history = v.history,"  # noqa: S608
-            f" updated_at = v.at FROM (VALUES {', '.join([cast] * BATCH)}) AS v(status, history, at, id)"
-            " WHERE m.id = v.id"
-        )
-    raw = engine.raw_connection()
-    try:
-        connection: Any = raw.driver_connection
-        if isinstance(connection, sqlite3.Connection):
-            connection.execute("PRAGMA journal_mode=WAL")
-            connection.execute("PRAGMA synchronous=FULL")
+    with floor_tables(url, wamid_index=True) as (messages, _, connection):
+        read, one, many = status_statements(messages.name, placeholder)
         cursor = connection.cursor()
         for chunk in range(0, len(rows), BATCH):
-            cursor.executemany(
-                insert_sql(messages, placeholder), [list(r.values()) for r in rows[chunk : chunk + BATCH]]
-            )
+            values = [list(r.values()) for r in rows[chunk : chunk + BATCH]]
+            cursor.executemany(insert_sql(messages, placeholder), values)
         connection.commit()
         batches = [rows[i : i + BATCH] for i in range(0, len(rows) - BATCH + 1, BATCH)]
         started = time.process_time()
         for batch in batches:
             cursor.execute(read, [r["upstream_message_id"] for r in batch])
-            found = cursor.fetchall()
             now = datetime.now(UTC).replace(tzinfo=None)
             changes = [
                 (
@@ -339,7 +341,7 @@ def apply_cpu_us(url: str, statuses: int, one_statement: bool) -> float:
                     now,
                     message_id,
                 )
-                for message_id, _, history in found
+                for message_id, _, history in cursor.fetchall()
             ]
             if one_statement:
                 cursor.execute(many, [value for change in changes for value in change])
@@ -347,10 +349,6 @@ def apply_cpu_us(url: str, statuses: int, one_statement: bool) -> float:
                 cursor.executemany(one, changes)
             connection.commit()
         spent = time.process_time() - started
-    finally:
-        raw.close()
-        metadata.drop_all(engine)
-        engine.dispose()
     return round(spent * 1e6 / (len(batches) * BATCH), 1)
 
 
