@@ -1,4 +1,4 @@
-"""PostgreSQL's hand-over of a received status body (docs/architecture.md, "Meta's webhooks"), when it
+"""PostgreSQL's hand-over of a received status body (docs/architecture.md, "Meta webhooks"), when it
 goes wrong: the body is stored before its 200 and handed to the dispatcher in memory, and the row stays
 in the outbox, due `HANDED_OVER_SECONDS` on, until the transaction that applies the body deletes it.
 So an apply that fails, or a process killed with the body in memory, loses nothing: the row is claimed
