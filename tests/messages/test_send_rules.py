@@ -161,3 +161,15 @@ def test_an_integer_parameter_beyond_64_bits_must_be_sent_as_a_string(gateway: G
     response = gateway.send({"phone_number": number, "template": template})
     assert response.status_code == 201, response.text
     assert gateway.message(response.json()["id"])["template"]["parameters"] == [str(10**30)]
+
+
+def test_a_number_sent_to_again_is_checked_the_same(gateway: Gateway) -> None:
+    """The second send to a number is answered from the numbers checked recently: same E.164, same 422."""
+    number = new_number()
+    for _ in range(2):
+        response = gateway.send({"phone_number": number.removeprefix("+"), "template": OTP})
+        assert response.status_code == 201, response.text
+        assert gateway.message(response.json()["id"])["phone_number"] == number
+        assert error_of(gateway.send({"phone_number": "+99455123", "template": OTP}))["code"] == (
+            "invalid_phone_number"
+        )
