@@ -7,6 +7,7 @@ import asyncio
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 
 import psycopg
@@ -205,3 +206,25 @@ def test_the_writer_takes_a_new_connection_when_the_server_dropped_its_own(table
     first, last = asyncio.run(scenario())
     assert last != first  # a new server process: a new connection
     assert values(table) == {1: 101, 2: 0}
+
+
+def test_many_writes_in_flight_commit_in_two_halves(table: str) -> None:
+    """64 writes waiting at once go in two transactions of 32, committed one after the other and in
+    the order they came: the event loop serves one half's requests while the other half commits."""
+
+    async def scenario() -> list[int]:
+        db = Database(table, pool_size=2)
+
+        def unit(session: Session) -> int:
+            session.execute(text("UPDATE counters SET value = value + 1 WHERE id = 1"))
+            return int(session.execute(text("SELECT txid_current()")).scalar_one())
+
+        try:
+            return await asyncio.gather(*(db.write(unit) for _ in range(64)))
+        finally:
+            await db.dispose()
+
+    transactions = asyncio.run(scenario())
+    assert transactions == sorted(transactions)
+    assert sorted(Counter(transactions).values()) == [32, 32]
+    assert values(table)[1] == 64

@@ -79,6 +79,11 @@ CHECKPOINT_SECONDS = 1.0
 # PostgreSQL: deadlock_detected and serialization_failure; the transaction did nothing, run it again.
 RETRYABLE_SQLSTATES = frozenset({"40P01", "40001"})
 RETRY_ATTEMPTS = 3
+# PostgreSQL's writer splits what waits into two batches above this many units (`_GroupCommitter`):
+# at 64 connections batches of 32 accepted about a sixth more sends a second than one of every
+# request in flight; 16 and 48 did worse (docs/performance.md, "Sixteenth pass"). SQLite's writer
+# spends its own CPU on a batch rather than waiting, so splitting only adds commits there.
+POSTGRESQL_SPLIT_ABOVE = 32
 UnitOfWork = Callable[[Session], T]
 # A list in a write session's `info` of what its units leave for after the commit (wagate.live's
 # `record_live` appends to it). `run_units` takes out a unit's own when it is rolled back, and the
@@ -437,10 +442,16 @@ class _GroupCommitter:
 
     Units submitted `first` (the dispatcher's claims and results) go into the next batch ahead of
     the others, so sending never queues behind a crowd of API writes.
+
+    `split_above`: when more units than this wait, a batch takes half of them (at least this many),
+    and the rest start the next batch as soon as it is done. The event loop then answers and reads
+    one half's requests while the other half's batch waits on the database, instead of idling through
+    one batch of every request in flight (docs/performance.md, "Sixteenth pass").
     """
 
     run_batch: Callable[[list[UnitOfWork[Any]]], Awaitable[list[tuple[bool, Any]]]]
     max_batch: int = 256
+    split_above: int | None = None
     urgent: deque[_PendingUnit] = field(default_factory=deque)
     normal: deque[_PendingUnit] = field(default_factory=deque)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
@@ -456,8 +467,12 @@ class _GroupCommitter:
 
     def _take_batch(self) -> list[_PendingUnit]:
         batch: list[_PendingUnit] = []
+        size = self.max_batch
+        waiting = len(self.urgent) + len(self.normal)
+        if self.split_above is not None and waiting > self.split_above:
+            size = min(size, max(self.split_above, (waiting + 1) // 2))
         for queue in (self.urgent, self.normal):
-            while queue and len(batch) < self.max_batch:
+            while queue and len(batch) < size:
                 batch.append(queue.popleft())
         return batch
 
@@ -513,7 +528,9 @@ class Database:
         # trip through the event loop. (SQLite connections belong to the thread that made them.)
         self._writer_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wagate-db-writer")
         self.sessionmaker = async_sessionmaker(self.engine, expire_on_commit=False)
-        self._committer = _GroupCommitter(self._run_batch)
+        self._committer = _GroupCommitter(
+            self._run_batch, split_above=None if self.is_sqlite else POSTGRESQL_SPLIT_ABOVE
+        )
         self._large_thread: ThreadPoolExecutor | None = None
         self._large_committer: _GroupCommitter | None = None
         self._claim_thread: ThreadPoolExecutor | None = None
