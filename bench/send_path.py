@@ -98,6 +98,7 @@ class Settings(argparse.Namespace):
     quiet_threshold: float
     drain_timeout: float
     py_spy: Path | None
+    samples: Path | None
     cpu_quota: float | None
     rounds: int
     split_worker: bool
@@ -156,6 +157,14 @@ def parse_args(argv: list[str] | None = None) -> Settings:
         default=None,
         metavar="DIR",
         help="sample `wagate serve` with py-spy (GIL holder only) during each run; stacks go to DIR",
+    )
+    parser.add_argument(
+        "--samples",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="write each gateway closed loop's requests to DIR/<run>.json: [seconds from its start,"
+        " latency ms, HTTP status] each (to see the loop's cycles and stalls over time)",
     )
     parser.add_argument(
         "--cpu-quota",
@@ -293,6 +302,18 @@ class BareEndpoint:
         figures["cpu"] = cpu_usage(before, after, {"server": [pid]})
         figures["server_cpu_ms_per_ok"] = cpu_ms_per_ok(figures, "server_pct")
         return figures
+
+
+def save_samples(settings: Settings, name: str, result: LoadResult) -> None:
+    """`--samples`: every request of a closed loop, in the order they started."""
+    if settings.samples is None or not result.samples:
+        return
+    settings.samples.mkdir(parents=True, exist_ok=True)
+    first = min(sample.start_wall for sample in result.samples)
+    rows = sorted(
+        (round(s.start_wall - first, 6), round(s.latency * 1000, 3), s.status) for s in result.samples
+    )
+    (settings.samples / f"{name}.json").write_text(json.dumps(rows))
 
 
 def bare_around(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
@@ -471,6 +492,7 @@ def measure_gateway(
             log(f"{database}: the bare endpoint's closed loop after it")
             bare_after = bare.closed_loop()
             accepted_total += len(loaded.ok)
+            save_samples(settings, name, loaded)
             closed_figures = loaded.summary()
             closed_figures["cpu"] = cpu_usage(
                 before, after, {k: groups_before.get(k, []) + v for k, v in groups_after.items()}
