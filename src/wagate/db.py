@@ -80,7 +80,7 @@ CHECKPOINT_SECONDS = 1.0
 RETRYABLE_SQLSTATES = frozenset({"40P01", "40001"})
 RETRY_ATTEMPTS = 3
 # PostgreSQL's writer splits what waits into two batches above this many units (`_GroupCommitter`):
-# at 64 connections batches of 32 accepted about a sixth more sends a second than one of every
+# at 64 connections batches of 32 accepted about 9 % more sends a second than one of every
 # request in flight; 16 and 48 did worse (docs/performance.md, "Sixteenth pass"). SQLite's writer
 # spends its own CPU on a batch rather than waiting, so splitting only adds commits there.
 POSTGRESQL_SPLIT_ABOVE = 32
