@@ -28,7 +28,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -271,10 +271,12 @@ def peak_rss_mb(pid: int) -> float | None:
     return None if kb is None else round(kb / 1024, 1)
 
 
-def proc_cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds of one process (its threads included), from /proc/<pid>/stat."""
+def proc_cpu_seconds(pid: int, *, thread: int | None = None) -> float | None:
+    """User + system CPU seconds of one process (its threads included), from /proc/<pid>/stat; with
+    `thread`, of that thread alone (/proc/<pid>/task/<thread>/stat)."""
+    path = f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat"
     try:
-        with open(f"/proc/{pid}/stat") as stat:
+        with open(path) as stat:
             fields = stat.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
@@ -297,20 +299,30 @@ class CpuSnapshot:
     machine: tuple[int, int]
     own: float  # this process (the load generator)
     procs: dict[int, float]
+    # Each process's main thread: in `wagate serve` and `wagate worker` the event loop, whose share
+    # tells the request's and the dispatcher's CPU from the writer threads' (the units of work).
+    main_threads: dict[int, float] = field(default_factory=dict)
 
 
 def cpu_snapshot(pids: Iterable[int]) -> CpuSnapshot:
     procs = {}
+    main_threads = {}
     for pid in pids:
         value = proc_cpu_seconds(pid)
         if value is not None:
             procs[pid] = value
+        main = proc_cpu_seconds(pid, thread=pid)
+        if main is not None:
+            main_threads[pid] = main
     times = os.times()
-    return CpuSnapshot(time.monotonic(), machine_cpu_jiffies(), times.user + times.system, procs)
+    return CpuSnapshot(
+        time.monotonic(), machine_cpu_jiffies(), times.user + times.system, procs, main_threads
+    )
 
 
 def cpu_usage(before: CpuSnapshot, after: CpuSnapshot, groups: dict[str, Iterable[int]]) -> dict[str, float]:
-    """CPU used between two snapshots, in % of ONE core per group (100 = one core busy all the time).
+    """CPU used between two snapshots, in % of ONE core per group (100 = one core busy all the time),
+    and of the group's main threads (`<group>_main_pct`: the event loops of `serve` and `worker`).
 
     `machine_busy_pct` is of all cores (100 = every core busy); `other_pct` is what the machine did
     beyond the groups and the load generator, in % of one core (other people's work, the kernel...).
@@ -320,12 +332,15 @@ def cpu_usage(before: CpuSnapshot, after: CpuSnapshot, groups: dict[str, Iterabl
     result: dict[str, float] = {"client_pct": round(100 * (after.own - before.own) / wall, 1)}
     ours = after.own - before.own
     for name, pids in groups.items():
-        used = 0.0
+        used = main = 0.0
         for pid in set(pids):
             if pid in after.procs:
                 used += after.procs[pid] - before.procs.get(pid, 0.0)
+            if pid in after.main_threads:
+                main += after.main_threads[pid] - before.main_threads.get(pid, 0.0)
         ours += used
         result[f"{name}_pct"] = round(100 * used / wall, 1)
+        result[f"{name}_main_pct"] = round(100 * main / wall, 1)
     busy = after.machine[0] - before.machine[0]
     total = max(after.machine[1] - before.machine[1], 1)
     result["machine_busy_pct"] = round(100 * busy / total, 1)
