@@ -163,8 +163,9 @@ def parse_args(argv: list[str] | None = None) -> Settings:
         type=Path,
         default=None,
         metavar="DIR",
-        help="write each gateway closed loop's requests to DIR/<run>.json: [seconds from its start,"
-        " latency ms, HTTP status] each (to see the loop's cycles and stalls over time)",
+        help="write each closed loop's requests to DIR/<run>.json: [seconds from its start, latency ms,"
+        " HTTP status] each (to see the loop's cycles and stalls over time); the bare endpoint's loops"
+        " around a gateway's as <run>-bare-before and <run>-bare-after",
     )
     parser.add_argument(
         "--cpu-quota",
@@ -287,17 +288,20 @@ class BareEndpoint:
         machine = quiet(settings, [pid])
         log(f"bare endpoint: closed loop, {settings.concurrency} connections, {settings.duration} s")
         spy = profiled(settings, pid, "bare-closed", settings.duration)
-        figures = self.closed_loop()
+        figures = self.closed_loop("bare-closed")
         figures["profile"] = profile_summary(settings, spy, "bare-closed")
         figures["machine_before"] = machine
         figures["peak_rss_mb"] = peak_rss_mb(pid)
         return figures
 
-    def closed_loop(self) -> dict[str, Any]:
+    def closed_loop(self, samples_name: str | None = None) -> dict[str, Any]:
+        """`samples_name`: with --samples, the loop's requests go to DIR/<samples_name>.json."""
         pid = self.process.pid
         before = cpu_snapshot([pid])
         result = self.load(self.settings.duration)
         after = cpu_snapshot([pid])
+        if samples_name is not None:
+            save_samples(self.settings, samples_name, result)
         figures = result.summary()
         figures["cpu"] = cpu_usage(before, after, {"server": [pid]})
         figures["server_cpu_ms_per_ok"] = cpu_ms_per_ok(figures, "server_pct")
@@ -467,7 +471,7 @@ def measure_gateway(
             name = f"{database}-closed" + (f"-{number}" if settings.rounds > 1 else "")
             machine = quiet(settings, all_pids())
             log(f"{database}: the bare endpoint's closed loop before it")
-            bare_before = bare.closed_loop()
+            bare_before = bare.closed_loop(f"{name}-bare-before")
             log(
                 f"{database}: closed loop {number}, {settings.concurrency} connections, {settings.duration} s"
             )
@@ -490,7 +494,7 @@ def measure_gateway(
             after = cpu_snapshot([p for g in groups_after.values() for p in g])
             upstream_after = stack.upstream_total()
             log(f"{database}: the bare endpoint's closed loop after it")
-            bare_after = bare.closed_loop()
+            bare_after = bare.closed_loop(f"{name}-bare-after")
             accepted_total += len(loaded.ok)
             save_samples(settings, name, loaded)
             closed_figures = loaded.summary()
