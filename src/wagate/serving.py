@@ -55,6 +55,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._awaiting_head = True
+        self._in_head = False  # a request's head has begun and is not complete yet
         self._head_bytes = 0  # bytes received while the head was incomplete (an upper bound)
         self._header_bytes = 0  # bytes of the request line and headers, as parsed
         self._head_timer: asyncio.TimerHandle | None = None
@@ -72,16 +73,21 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         if self._awaiting_head:
             self._head_bytes += len(data)
         super().data_received(data)
-        if self._awaiting_head and self._head_bytes > self.max_header_bytes and self._refusal is None:
-            # The head is still incomplete and already too large: do not keep reading it.
-            self._refuse(_too_large(self.max_header_bytes))
+        if self._in_head and self._refusal is None:
+            if self._head_bytes > self.max_header_bytes:
+                # The head is still incomplete and already too large: do not keep reading it.
+                self._refuse(_too_large(self.max_header_bytes))
+            elif self._head_timer is None:
+                # Only a head still incomplete after what came gets a timer: one that came in one
+                # piece (nearly every request) makes and cancels none (docs/performance.md,
+                # "Seventeenth pass").
+                self._arm_head_timer()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._awaiting_head = True
+        self._in_head = True
         self._header_bytes = 0
-        if self._head_timer is None:
-            self._arm_head_timer()
 
     def on_url(self, url: bytes) -> None:
         self._header_bytes += len(url)
@@ -97,6 +103,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             self._refusal = _too_large(self.max_header_bytes)
             raise _HeadRefused  # the parser stops; uvicorn answers through send_400_response
         self._awaiting_head = False
+        self._in_head = False
         self._head_bytes = 0
         super().on_headers_complete()
 

@@ -178,6 +178,26 @@ def test_a_head_sent_too_slowly_gets_408(strict_gateway: Gateway) -> None:
     assert time.monotonic() - started < 4
 
 
+def test_a_later_head_sent_too_slowly_on_a_kept_connection_gets_408(strict_gateway: Gateway) -> None:
+    """The head's clock runs for every request of a connection, not only its first (a head that
+    arrives whole needs no timer, so one that stops halfway must start one)."""
+    parts = urlsplit(strict_gateway.url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=5.0) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        first = b""
+        while b"\r\n\r\n" not in first or not first.endswith(b"}"):
+            first += sock.recv(65536)
+        assert first.startswith(b"HTTP/1.1 200"), first
+        started = time.monotonic()
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # and nothing more
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    status, error = status_and_error(answer)
+    assert status == 408 and error["code"] == "request_timeout", error
+    assert 0.9 < time.monotonic() - started < 4
+
+
 def test_a_connection_that_sends_nothing_is_closed(strict_gateway: Gateway) -> None:
     started = time.monotonic()
     answer = raw_exchange(strict_gateway, b"")
