@@ -262,6 +262,8 @@ class RequestGuard:
 def _content_length(scope: Scope) -> str:
     """The Content-Length header's value ('' when there is none), read off the scope's raw headers
     (lower-case names in ASGI)."""
+    name: bytes
+    value: bytes
     for name, value in scope["headers"]:
         if name == b"content-length":
             return value.decode("latin-1")
