@@ -73,15 +73,14 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         if self._awaiting_head:
             self._head_bytes += len(data)
         super().data_received(data)
-        if self._in_head and self._refusal is None:
-            if self._head_bytes > self.max_header_bytes:
-                # The head is still incomplete and already too large: do not keep reading it.
-                self._refuse(_too_large(self.max_header_bytes))
-            elif self._head_timer is None:
-                # Only a head still incomplete after what came gets a timer: one that came in one
-                # piece (nearly every request) makes and cancels none (docs/performance.md,
-                # "Seventeenth pass").
-                self._arm_head_timer()
+        if self._awaiting_head and self._head_bytes > self.max_header_bytes and self._refusal is None:
+            # The head is still incomplete and already too large: do not keep reading it.
+            self._refuse(_too_large(self.max_header_bytes))
+        elif self._in_head and self._head_timer is None and self._refusal is None:
+            # Only a head still incomplete after what came gets a timer: one that came in one
+            # piece (nearly every request) makes and cancels none (docs/performance.md,
+            # "Seventeenth pass").
+            self._arm_head_timer()
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
