@@ -21,11 +21,14 @@ For each database:
 `--split-worker` (PostgreSQL only): `wagate serve --no-dispatcher` receives and stores the webhooks
 and a `wagate worker` beside it applies them, each with a core of its own (issue 18: what one more
 process adds); the gateway's CPU per status is then both processes'.
+`--cpu-quota CORES`: while the statuses are posted, `wagate serve` (and the worker) run on at most
+CORES of CPU, as on a slower machine (the bare endpoint of `send_path.py --cpu-quota` with the same
+CORES says how much slower).
 
 Exits 1 when a POST was refused or a status was not applied; a rate below the target is a finding.
 
     .venv/bin/python bench/statuses.py [--messages 3000] [--backends sqlite,postgresql] [--json F]
-        [--py-spy DIR] [--split-worker]
+        [--py-spy DIR] [--split-worker] [--cpu-quota CORES]
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from common import (
     cpu_usage,
     http_json,
     latency_summary_ms,
+    limit_cpu,
     postgres_available,
     postgres_backend_pids,
     start_py_spy,
@@ -80,6 +84,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--split-worker",
         action="store_true",
         help="PostgreSQL: `serve --no-dispatcher` receives, a `wagate worker` applies",
+    )
+    parser.add_argument(
+        "--cpu-quota",
+        type=float,
+        default=None,
+        metavar="CORES",
+        help="while posting, run the gateway's processes on at most this much CPU (a slower machine; root;"
+        " see common.limit_cpu)",
     )
     return parser.parse_args(argv)
 
@@ -229,6 +241,8 @@ def measure(
             machine = wait_for_quiet(
                 [p for group in pids.values() for p in group] + [stack.sim.pid], timeout=settings.quiet_wait
             )
+            # Only the statuses are slowed: sending the messages before them is not what is measured.
+            limit_cpu([*pids["server"], *pids.get("worker", [])], settings.cpu_quota)
             spy = None
             if settings.py_spy is not None:
                 settings.py_spy.mkdir(parents=True, exist_ok=True)
@@ -275,6 +289,7 @@ def measure(
                 cpu["server_main_pct"] / 100 * elapsed * 1000 / statuses, 3
             ),
             "cpu": cpu,
+            "cpu_quota": settings.cpu_quota,
             "machine_before": machine,
         }
         if "postgres_pct" in cpu:
