@@ -46,6 +46,49 @@ class _HeadRefused(Exception):
     """Raised from a parser callback to stop parsing a head that broke a limit."""
 
 
+class _HeadWithBody:
+    """The transport one request's cycle writes its response through. uvicorn writes a response's
+    head and its body in two calls: on loopback or a LAN, two syscalls and two TCP segments for every
+    answer. The cycle's first write (the head) is held until its next one (the body, nearly always in
+    the same turn of the event loop) or the end of that turn, whichever comes first; every later
+    write goes straight out. So nothing waits beyond the turn that wrote it, and nothing is held once
+    a body has begun (docs/performance.md, "Eighteenth pass")."""
+
+    __slots__ = ("_first", "_held", "_loop", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held: bytes | None = None
+        self._first = True
+
+    def write(self, data: bytes) -> None:
+        if self._first:
+            self._first = False
+            self._held = data
+            self._loop.call_soon(self._release)
+        elif self._held is not None:
+            held, self._held = self._held, None
+            self._transport.write(held + data)
+        else:
+            self._transport.write(data)
+
+    def _release(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            self._transport.write(held)
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def close(self) -> None:
+        self._release()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:  # the rest of the transport's interface, as it is
+        return getattr(self._transport, name)
+
+
 class GuardedHttpProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with the limits above (`guarded_protocol` sets them)."""
 
@@ -104,7 +147,10 @@ class GuardedHttpProtocol(HttpToolsProtocol):
         self._awaiting_head = False
         self._in_head = False
         self._head_bytes = 0
+        earlier = self.cycle
         super().on_headers_complete()
+        if self.cycle is not earlier and self.cycle is not None:  # not an upgrade to a websocket
+            self.cycle.transport = _HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
