@@ -75,7 +75,8 @@ class _HeadWithBody:
 
     def _release(self) -> None:
         held, self._held = self._held, None
-        if held is not None:
+        # A connection lost within the turn takes no more writes (uvloop raises on a closed handle).
+        if held is not None and not self._transport.is_closing():
             self._transport.write(held)
 
     def is_closing(self) -> bool:

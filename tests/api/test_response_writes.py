@@ -91,3 +91,16 @@ def test_a_streamed_responses_head_is_not_held_while_its_body_is_not_ready() -> 
     assert len(before_body) == 1, before_body
     assert before_body[0].startswith(b"HTTP/1.1 200 OK\r\n") and before_body[0].endswith(b"\r\n\r\n")
     assert b"".join(writes[1:]) == b"9\r\ndata: 1\n\n\r\n0\r\n\r\n"
+
+
+def test_a_head_held_when_the_connection_is_lost_in_the_same_turn_is_dropped_not_written() -> None:
+    transport = RecordingTransport()
+    done = asyncio.Event()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        transport.closing = True  # the client went away before the turn ended
+        done.set()
+
+    writes = asyncio.run(_serve_one(app, transport, done))
+    assert writes == []  # a write on a closed uvloop transport raises in the loop's callback
