@@ -29,6 +29,8 @@ STEPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "request log line and metrics",
         ("wagate/logs.py", "wagate/metrics.py", "prometheus_client", "structlog"),
     ),
+    # serving.py's transport proxy writes the response (uvloop's write is C: its syscall shows here).
+    ("HTTP server: uvicorn (parsing, transport)", ("_HeadWithBody.",)),
     ("guard (query, body and rate limits)", ("wagate/limits.py", "wagate/serving.py")),
     ("auth and caches", ("wagate/lookups.py", "wagate/cache.py", "accounts/auth.py", "wagate/security.py")),
     ("phone number checks", ("wagate/phones.py", "phonenumbers/")),
@@ -85,7 +87,8 @@ MECHANISMS: tuple[tuple[str, tuple[str, ...]], ...] = (
 # For samples under no step: the library of the innermost frame.
 LIBRARIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("HTTP server: uvicorn (parsing, transport)", ("uvicorn/", "httptools")),
-    ("HTTP: FastAPI/Starlette and pydantic", ("fastapi/", "starlette/", "pydantic")),
+    # app.py's own router (`_fast_route`) stands in for Starlette's on the hot routes.
+    ("HTTP: FastAPI/Starlette and pydantic", ("fastapi/", "starlette/", "pydantic", "wagate/app.py")),
     ("SQLAlchemy outside any step", ("sqlalchemy/", "greenlet")),
     ("database driver outside any step", ("psycopg", "sqlite3", "aiosqlite")),
     ("JSON (orjson)", ("orjson",)),
