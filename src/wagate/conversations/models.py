@@ -50,6 +50,8 @@ class CustomerId(Base):
     account_id: Mapped[int] = mapped_column(ForeignKey("accounts.id", ondelete="CASCADE"))
     user_id: Mapped[str] = mapped_column(String(USER_ID_LENGTH))
     parent_user_id: Mapped[str | None] = mapped_column(String(USER_ID_LENGTH), nullable=True)
+    # The user id the customer moved to (Meta's `user_changed_user_id`): sends by this one go there.
+    replaced_by: Mapped[str | None] = mapped_column(String(USER_ID_LENGTH), nullable=True)
     contact_id: Mapped[int] = mapped_column(ForeignKey("contacts.id", ondelete="CASCADE"), index=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
@@ -88,6 +90,9 @@ class Conversation(Base):
     channel_id: Mapped[int] = mapped_column(ForeignKey("channels.id", ondelete="CASCADE"))
     contact_id: Mapped[int] = mapped_column(ForeignKey("contacts.id", ondelete="CASCADE"))
     status: Mapped[ConversationStatus] = mapped_column(Enum(ConversationStatus, native_enum=False, length=20))
+    # Who answers the customer: "app" (the gateway's users) or "meta_business_agent" while Meta's AI
+    # agent holds the conversation (its traffic on the `standby` field, API.md section 14).
+    handled_by: Mapped[str] = mapped_column(String(30), default="app", server_default="app")
     # The 24-hour window runs from the customer's last message.
     last_customer_message_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     last_activity_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

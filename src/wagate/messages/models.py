@@ -75,6 +75,12 @@ class Message(Base):
     # The category Meta charged, when its status webhook's `pricing` named another than the template's.
     cost_category: Mapped[str | None] = mapped_column(String(40), nullable=True)
     batch_id: Mapped[str | None] = mapped_column(String(40), nullable=True, index=True)
+    # What Meta answered the send with when it did not simply accept it (`held_for_quality_assessment`
+    # under template pacing, API.md section 14); cleared by the message's first status webhook.
+    upstream_status: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    # Who wrote an outbound message that the app did not send: "meta_business_agent" for the replies
+    # of Meta's AI agent, which arrive as echoes on the `standby` field (API.md section 14).
+    sent_by: Mapped[str | None] = mapped_column(String(40), nullable=True)
     # The dashboard user who sent it (an agent's reply); empty for API and bulk sends.
     agent_user_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # The request's status_callback, its secret encrypted (see events).
@@ -108,6 +114,8 @@ MESSAGE_COLUMNS = (
     "cost_category",
     "batch_id",
     "agent_user_id",
+    "upstream_status",
+    "sent_by",
     "status_callback",
     "status_history",
     "created_at",
@@ -144,6 +152,8 @@ class MessageRecord:
     cost_category: str | None
     batch_id: str | None
     agent_user_id: int | None
+    upstream_status: str | None
+    sent_by: str | None
     status_callback: dict[str, Any] | None
     status_history: list[dict[str, str]]
     created_at: datetime

@@ -23,6 +23,12 @@ class Template(Base):
     category: Mapped[str] = mapped_column(String(40))
     status: Mapped[str] = mapped_column(String(40))
     parameter_format: Mapped[str] = mapped_column(String(20), default="POSITIONAL")
+    # Meta's quality rating of the template (GREEN, YELLOW, RED, UNKNOWN), from its quality webhook.
+    quality: Mapped[str | None] = mapped_column(String(20), nullable=True)
+    # A recategorisation Meta announced but has not made yet (API.md section 14): shown, not priced.
+    pending_category: Mapped[str | None] = mapped_column(String(40), nullable=True)
+    # Why Meta rejected, paused or disabled it, as its status webhook said.
+    rejected_reason: Mapped[str | None] = mapped_column(String(500), nullable=True)
     components: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
     variables: Mapped[list[str]] = mapped_column(JSON)
     synced_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
