@@ -92,7 +92,7 @@ class Conversation(Base):
     status: Mapped[ConversationStatus] = mapped_column(Enum(ConversationStatus, native_enum=False, length=20))
     # Who answers the customer: "app" (the gateway's users) or "meta_business_agent" while Meta's AI
     # agent holds the conversation (its traffic on the `standby` field, API.md section 14).
-    handled_by: Mapped[str] = mapped_column(String(30), default="app", server_default="app")
+    handled_by: Mapped[str] = mapped_column(String(30), server_default="app")
     # The 24-hour window runs from the customer's last message.
     last_customer_message_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     last_activity_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
