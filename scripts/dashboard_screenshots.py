@@ -21,6 +21,8 @@ from pathlib import Path
 import httpx
 from playwright.sync_api import Page, sync_playwright
 
+from wagate.sandbox import DEMO_WABA_ID
+
 ROOT = Path(__file__).resolve().parent.parent
 ARGS = [
     "--no-sandbox",
@@ -71,6 +73,17 @@ def traffic(url: str, sandbox: dict[str, str]) -> None:
                 api,
                 headers=headers,
                 json={"channel_id": int(sandbox["channel"]), "phone_number": number, "template": otp},
+            ).raise_for_status()
+        # Meta pauses a template that people blocked, rates it RED, announces a recategorisation and
+        # rates another GREEN (the simulator's control API, which posts Meta's template webhooks).
+        for what, change in (
+            ("status", {"name": "spring_sale", "status": "PAUSED"}),
+            ("quality", {"name": "spring_sale", "quality": "RED"}),
+            ("category", {"name": "order_update", "category": "MARKETING", "announce": True}),
+            ("quality", {"name": "otp_code", "quality": "GREEN"}),
+        ):
+            http.post(
+                f"{sandbox['sim']}/_sim/templates/{DEMO_WABA_ID}/{what}", json={"language": "en", **change}
             ).raise_for_status()
         http.post(
             f"{sandbox['sim']}/_sim/inbound",
@@ -137,6 +150,7 @@ def main() -> None:
                 shoot(page, f"{url}/settings/integrations/webhooks", "settings-webhooks", out)
                 shoot(page, f"{url}/settings/api-keys", "settings-api-keys", out)
                 shoot(page, f"{url}/settings/inboxes", "settings-inboxes", out)
+                shoot(page, f"{url}/settings/templates", "settings-templates", out)
                 page.goto(f"{url}/settings/api-keys")  # a change of the dashboard's own, for the audit log
                 page.get_by_label("Name").fill("zapier")
                 page.get_by_role("button", name="Create API key").click()

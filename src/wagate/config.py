@@ -6,10 +6,12 @@ from decimal import Decimal
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-DEFAULT_PRICES = {"AUTHENTICATION": "0.036", "UTILITY": "0.036", "MARKETING": "0.165"}
+from wagate.prices import SPEC_PRICES, PriceList, PriceListEntry, price_list_from, read_price_list_file
+
+DEFAULT_PRICES = SPEC_PRICES
 
 
 class Settings(BaseSettings):
@@ -25,10 +27,16 @@ class Settings(BaseSettings):
     # `wagate secrets rotate`, then drops the old one). Empty: a key file beside the database is
     # created on first use, so the embedded default needs no set-up.
     secret_key: str = ""
-    # Price per template category, in `currency`; session (free-text) messages are free.
-    prices: dict[str, Decimal] = Field(
+    # The price list by date, in `currency` (wagate/prices.py, docs/deployment.md "Prices by date"):
+    # a list of entries `{"from": "YYYY-MM-DD", "prices": {...}, "utility_free_in_window": bool}`, or a
+    # flat table of the template categories' rates, which follows Meta's dates (session messages are
+    # charged from 2026-10-01). `price_list_file` names a JSON file of the same forms instead.
+    prices: dict[str, Decimal] | list[PriceListEntry] = Field(
         default_factory=lambda: {k: Decimal(v) for k, v in DEFAULT_PRICES.items()}
     )
+    price_list_file: str | None = None
+    # Resolved once here, so a send only picks the entry of its day.
+    _price_list: PriceList = PrivateAttr()
     currency: str = "AZN"
     # How long a send whose outcome is unknown (the process died mid-call) waits for Meta's status
     # webhook before it is sent again; Meta reports `sent` within seconds of accepting a message.
@@ -98,6 +106,20 @@ class Settings(BaseSettings):
         if value.startswith(("postgresql://", "postgres://")):
             return "postgresql+psycopg://" + value.split("://", 1)[1]
         return value
+
+    @model_validator(mode="after")
+    def _resolve_price_list(self) -> Settings:
+        if self.price_list_file:
+            if "prices" in self.model_fields_set:
+                raise ValueError("set WAGATE_PRICES or WAGATE_PRICE_LIST_FILE, not both")
+            self._price_list = read_price_list_file(self.price_list_file)
+        else:
+            self._price_list = price_list_from(self.prices)
+        return self
+
+    @property
+    def price_list(self) -> PriceList:
+        return self._price_list
 
     @property
     def is_sqlite(self) -> bool:

@@ -167,6 +167,14 @@ class MarketingPreferenceStopped(Unprocessable):
     )
 
 
+class PhoneNumberRequired(Unprocessable):
+    code = "phone_number_required"
+    message = (
+        "An AUTHENTICATION template goes only to a phone number, and this customer's number is not known:"
+        " Meta refuses authentication templates addressed by user id."
+    )
+
+
 class TemplateNotFound(Unprocessable):
     code = "template_not_found"
     message = "No template with this name and language exists for the channel."

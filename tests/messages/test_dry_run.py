@@ -66,7 +66,7 @@ def test_a_dry_run_refuses_exactly_as_a_real_send(gateway: Gateway) -> None:
         assert preview.json()["error"]["code"] == real.json()["error"]["code"]
 
 
-def test_a_dry_run_of_text_in_an_open_window_is_a_free_session_message(gateway: Gateway) -> None:
+def test_a_dry_run_of_text_in_an_open_window_is_a_session_message_at_its_price(gateway: Gateway) -> None:
     number = new_number()
     gateway.sim.http.post(
         f"{gateway.sim.url}/_sim/inbound",
@@ -75,7 +75,9 @@ def test_a_dry_run_of_text_in_an_open_window_is_a_free_session_message(gateway: 
     wait_for(lambda: dry(gateway, {"phone_number": number, "text": "x"}).status_code == 200, what="window")
     body = dry(gateway, {"phone_number": number, "text": "Your order shipped"}).json()
     assert (body["sent_as"], body["preview"], body["template"]) == ("session", "Your order shipped", None)
-    assert body["cost"]["amount"] == "0" and body["window"]["open"] is True
+    # Charged since 2026-10-01 (the default price list; tests/messages/test_prices_by_date.py before).
+    assert body["cost"] == {"amount": "0.036", "currency": "AZN", "category": "SESSION"}
+    assert body["window"]["open"] is True
     assert 0 < body["window"]["seconds_remaining"] <= 86_400
 
 

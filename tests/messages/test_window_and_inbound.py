@@ -36,7 +36,7 @@ def test_never_written_window_is_closed_with_nulls(gateway: Gateway) -> None:
     }
 
 
-def test_a_customer_message_opens_the_window_and_text_goes_free(gateway: Gateway) -> None:
+def test_a_customer_message_opens_the_window_and_text_goes_as_a_session_message(gateway: Gateway) -> None:
     number = new_number()
     open_window(gateway, number, name="Ann")
     state = wait_for(lambda: (w := window(gateway, number).json())["open"] and w, what="window to open")
@@ -45,8 +45,9 @@ def test_a_customer_message_opens_the_window_and_text_goes_free(gateway: Gateway
     response = gateway.send({"phone_number": number, "text": "Your order shipped"})
     assert response.status_code == 201 and response.json()["sent_as"] == "session"
     message = gateway.message(response.json()["id"])
+    # A session message costs the utility rate since 2026-10-01 (tests/messages/test_prices_by_date.py).
     assert (
-        message["cost"]["amount"] == "0"
+        message["cost"] == {"amount": "0.036", "currency": "AZN", "category": "SESSION"}
         and message["text"] == "Your order shipped"
         and message["template"] is None
     )

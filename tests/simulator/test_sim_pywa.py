@@ -24,10 +24,19 @@ import fastapi
 import httpx
 import pytest
 from pywa import WhatsApp
-from pywa.errors import RateLimitHit
+from pywa.errors import RateLimitHit, TemplatePaused
+from pywa.handlers import PhoneNumberChangeHandler
 from pywa.types import Message, MessageStatus, RawUpdate
+from pywa.types.message import OutgoingMessage
 from pywa.types.sent_update import RecipientType
-from pywa.types.templates import BodyText, TemplateLanguage
+from pywa.types.system import PhoneNumberChange, SystemType
+from pywa.types.templates import (
+    BodyText,
+    TemplateCategoryUpdate,
+    TemplateLanguage,
+    TemplateQualityUpdate,
+    TemplateStatusUpdate,
+)
 from sim_harness import APP_SECRET, PHONE_NUMBER_ID, TOKEN, WABA_ID, fast_config, register_test_channel
 
 from wagate.simulator import (
@@ -76,6 +85,8 @@ class Inbox:
     statuses: list[dict[str, Any]] = field(default_factory=list)  # every status of every POST
     batch_sizes: list[int] = field(default_factory=list)
     messages: list[dict[str, Any]] = field(default_factory=list)
+    templates: list[dict[str, Any]] = field(default_factory=list)  # template lifecycle updates
+    raw: list[RawUpdate] = field(default_factory=list)  # every POST, as pywa's raw update
     lock: threading.RLock = field(default_factory=threading.RLock)
 
     def wait_for(self, predicate: Callable[[Inbox], bool], what: str, timeout: float = 10.0) -> None:
@@ -145,6 +156,28 @@ def register_handlers(wa: WhatsApp, inbox: Inbox) -> None:
                 }
             )
 
+    def on_template(update: TemplateStatusUpdate | TemplateCategoryUpdate | TemplateQualityUpdate) -> None:
+        seen = {"kind": type(update).__name__, "waba": update.id, "template_id": update.template_id}
+        seen |= {"name": update.template_name, "language": str(update.template_language)}
+        if isinstance(update, TemplateStatusUpdate):
+            seen |= {
+                "status": str(update.new_status),
+                "reason": str(update.reason),
+                "category": str(update.category),
+            }
+            seen |= {"pause": update.other_info.title if update.other_info else None}
+        elif isinstance(update, TemplateCategoryUpdate):
+            seen |= {"new": str(update.new_category), "correct": str(update.correct_category)}
+            seen |= {"previous": str(update.previous_category)}
+        else:
+            seen |= {"new": str(update.new_quality_score), "previous": str(update.previous_quality_score)}
+        with inbox.lock:
+            inbox.templates.append(seen)
+
+    wa.on_template_status_update(lambda _, update: on_template(update))
+    wa.on_template_category_update(lambda _, update: on_template(update))
+    wa.on_template_quality_update(lambda _, update: on_template(update))
+
     @wa.on_raw_update
     def on_raw(client: WhatsApp, update: RawUpdate) -> None:
         value = update.value
@@ -159,6 +192,7 @@ def register_handlers(wa: WhatsApp, inbox: Inbox) -> None:
             for index, status in enumerate(statuses)
         ]
         with inbox.lock:
+            inbox.raw.append(update)
             inbox.statuses.extend(parsed)
             if statuses:
                 inbox.batch_sizes.append(len(statuses))
@@ -333,3 +367,118 @@ def test_pywa_parses_customer_messages_and_sends_by_user_id(world: World) -> Non
     ]
     assert {s["tracker"] for s in seen} == {"by-user-id"}
     assert world.problems.records == []
+
+
+def test_pywa_parses_the_template_lifecycle_webhooks(world: World) -> None:
+    """The simulator's template status, category and quality webhooks (API.md section 14) in pywa's
+    own models, and a paused template refused with Meta's error."""
+    wa, inbox = world.wa, world.inbox
+
+    def change(what: str, **body: Any) -> dict[str, Any]:
+        body = {"name": "order_update", "language": "en", **body}
+        reply: dict[str, Any] = world.control("POST", f"/_sim/templates/{WABA_ID}/{what}", json=body)
+        assert reply["delivered"] is True
+        return reply
+
+    template_id = change("status", status="PAUSED")["template"]["id"]
+    with pytest.raises(TemplatePaused) as paused:
+        wa.send_template(
+            to=TO,
+            name="order_update",
+            language=TemplateLanguage.ENGLISH,
+            params=[BodyText.params("A-1", "ok")],
+        )
+    assert paused.value.code == 132015
+    change("status", status="APPROVED")
+    change("status", status="REJECTED", reason="INCORRECT_CATEGORY")
+    change("category", category="MARKETING", announce=True)
+    change("category", category="MARKETING")
+    change("quality", quality="RED")
+    inbox.wait_for(lambda i: len(i.templates) == 6, "6 template updates")
+    assert world.problems.records == []
+    named = {"waba": WABA_ID, "template_id": template_id, "name": "order_update", "language": "en"}
+    expected = [
+        {"kind": "TemplateStatusUpdate", "status": "PAUSED", "reason": "NONE", "category": "UTILITY"}
+        | {"pause": "FIRST_PAUSE"},
+        {"kind": "TemplateStatusUpdate", "status": "APPROVED", "reason": "NONE", "category": "UTILITY"}
+        | {"pause": None},
+        {"kind": "TemplateStatusUpdate", "status": "REJECTED", "reason": "INCORRECT_CATEGORY"}
+        | {"category": "UTILITY", "pause": None},
+        {"kind": "TemplateCategoryUpdate", "new": "UTILITY", "correct": "MARKETING", "previous": "None"},
+        {"kind": "TemplateCategoryUpdate", "new": "MARKETING", "correct": "None", "previous": "UTILITY"},
+        {"kind": "TemplateQualityUpdate", "new": "RED", "previous": "UNKNOWN"},
+    ]
+
+    # pywa runs its handlers on worker threads: in any order.
+    def key(seen: dict[str, Any]) -> str:
+        return repr(sorted(seen.items()))
+
+    assert sorted(map(key, inbox.templates)) == sorted(key(named | item) for item in expected)
+    # The listing says what the webhooks said.
+    [listed] = [
+        t
+        for t in world.control("GET", f"/_sim/templates/{WABA_ID}")["data"]
+        if (t["name"], t["language"]) == ("order_update", "en")
+    ]
+    assert (listed["status"], listed["category"], listed["rejected_reason"]) == (
+        "REJECTED",
+        "MARKETING",
+        "INCORRECT_CATEGORY",
+    )
+    assert listed["quality_score"]["score"] == "RED"
+
+
+def test_pywa_parses_standby_traffic_handovers_and_user_id_changes(world: World) -> None:
+    """API.md section 14: what the simulator sends while Meta's AI agent holds a conversation, when
+    control changes, and when a customer's user id changes, all taken by pywa without a complaint.
+    pywa 4.5.0 has no handler for `standby` and `messaging_handovers`: their items are parsed here
+    with pywa's own models, as a pywa user would."""
+    wa, inbox = world.wa, world.inbox
+    changes: list[PhoneNumberChange] = []
+    wa.add_handlers(PhoneNumberChangeHandler(lambda _, update: changes.append(update)))
+    user_id = world.user_id(TO)
+    customer = {"phone_number_id": PHONE_NUMBER_ID, "phone_number": TO}
+    to_agent = world.control(
+        "POST", "/_sim/handover", json=customer | {"to": "agent", "text": "Hi", "reply": "Hello"}
+    )
+    assert to_agent["delivered"] is True
+    world.control("POST", "/_sim/handover", json=customer | {"to": "app"})
+    changed = world.control("POST", "/_sim/user_id_change", json=customer)
+    assert changed["previous_user_id"] == user_id and world.user_id(TO) == changed["user_id"]
+    # handover, customer message, echo, sent, delivered, handover back, system message
+    inbox.wait_for(lambda i: len(i.raw) == 7, "7 webhooks")
+    inbox.wait_for(lambda i: len(changes) == 1, "the user id change")
+    assert world.problems.records == []
+    by_field: dict[str, list[RawUpdate]] = {}
+    for update in inbox.raw:
+        by_field.setdefault(update.field, []).append(update)
+    assert {name: len(updates) for name, updates in by_field.items()} == {
+        "messaging_handovers": 2,
+        "standby": 4,
+        "messages": 1,
+    }
+    # pywa runs its handlers on worker threads: the updates are told apart by what they hold.
+    standby = {
+        next(k for k in ("messages", "message_echoes", "statuses") if k in u.value): u
+        for u in by_field["standby"]
+    }
+    message = Message.from_update(wa, standby["messages"])
+    assert (message.id, message.text, message.from_user.wa_id, message.from_user.bsuid) == (
+        to_agent["wamids"]["message"],
+        "Hi",
+        TO,
+        user_id,
+    )
+    echo = OutgoingMessage.from_update(wa, standby["message_echoes"])
+    assert (echo.id, echo.text, echo.to_user.wa_id) == (to_agent["wamids"]["echo"], "Hello", TO)
+    # The raw handler parsed each status with pywa's MessageStatus.
+    assert sorted(s["status"] for s in inbox.of(echo.id)) == ["delivered", "sent"]
+    handovers = {update.value["type"]: update.value for update in by_field["messaging_handovers"]}
+    assert handovers.keys() == {"control_taken", "control_passed"}
+    assert handovers["control_taken"]["sender"] == {"user_id": user_id, "phone_number": TO}
+    [change] = changes
+    assert (change.sys_type, change.new_user_id, change.old_wa_id) == (
+        SystemType.USER_CHANGED_USER_ID,
+        changed["user_id"],
+        TO,
+    )

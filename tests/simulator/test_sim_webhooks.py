@@ -67,7 +67,8 @@ def test_sent_then_delivered_in_metas_envelope(harness: Harness) -> None:
 
 
 def test_read_when_enabled(harness: Harness) -> None:
-    harness.control("POST", "/_sim/config", json={"read_enabled": True})
+    # The rules before 2026-10-01 (tests/simulator/test_sim_pricing.py has those since).
+    harness.control("POST", "/_sim/config", json={"read_enabled": True, "pricing_date": "2026-09-30"})
     wamid = sent_wamid(harness, text_message(TO, "hi"))
     harness.receiver.wait_for(lambda r: len(r.statuses(wamid)) == 3)
     assert status_names(harness.receiver, wamid) == ["sent", "delivered", "read"]
@@ -227,6 +228,8 @@ def test_webhook_url_set_later_still_gets_pending_statuses(harness: Harness) -> 
 
 
 def test_a_utility_template_in_the_customers_window_is_not_billable(harness: Harness) -> None:
+    # Until 2026-09-30 (tests/simulator/test_sim_pricing.py has the rules since).
+    harness.control("POST", "/_sim/config", json={"pricing_date": "2026-09-30"})
     other = "994551234567"
     harness.control(
         "POST", "/_sim/inbound", json={"phone_number_id": PHONE_NUMBER_ID, "from": "+" + TO, "text": "hi"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -66,9 +67,53 @@ def test_header_body_and_url_button_variables_in_order() -> None:
     }
 
 
-def test_a_media_header_has_no_text_variable() -> None:
-    components = [{"type": "HEADER", "format": "IMAGE"}, {"type": "BODY", "text": "Hello"}]
-    assert template_variables(components, "UTILITY") == []
+def test_a_media_header_is_the_variable_header_first() -> None:
+    # API.md section 14: a media header takes its link as the variable "header", listed first.
+    components = [{"type": "HEADER", "format": "IMAGE"}, {"type": "BODY", "text": "Hello {{1}}"}]
+    assert template_variables(components, "UTILITY") == ["header", "1"]
+    assert template_variables([{"type": "HEADER", "format": "LOCATION"}], "UTILITY") == []
+
+
+def test_a_document_header_goes_out_in_metas_shape() -> None:
+    variables = ["header", "1"]
+    values = bind_parameters(
+        variables,
+        [{"link": "https://files.example/i.pdf", "filename": "invoice-1001.pdf"}, "A-1001"],
+        "DOCUMENT",
+    )
+    assert not isinstance(values, str)
+    components = send_components(
+        variables=variables,
+        values=values,
+        category="UTILITY",
+        parameter_format="POSITIONAL",
+        media_format="DOCUMENT",
+    )
+    assert components[0] == {
+        "type": "header",
+        "parameters": [
+            {
+                "type": "document",
+                "document": {"link": "https://files.example/i.pdf", "filename": "invoice-1001.pdf"},
+            }
+        ],
+    }
+    assert components[1] == {"type": "body", "parameters": [{"type": "text", "text": "A-1001"}]}
+
+
+@pytest.mark.parametrize(
+    ("header", "media_format", "issue"),
+    [
+        ("https://files.example/i.pdf", "DOCUMENT", "must be an object"),
+        ({"link": "http://files.example/i.pdf"}, "DOCUMENT", "must be an https URL"),
+        ({"link": ""}, "IMAGE", "https URL of the file"),
+        ({"link": "https://files.example/a.png", "filename": "a.png"}, "IMAGE", "DOCUMENT headers only"),
+        ({"link": "https://files.example/i.pdf", "filename": "../etc/passwd"}, "DOCUMENT", "without a path"),
+        ({"link": "https://files.example/i.pdf", "caption": "x"}, "DOCUMENT", "not caption"),
+    ],
+)
+def test_a_media_header_value_is_checked(header: object, media_format: str, issue: str) -> None:
+    assert issue in str(bind_parameters(["header"], {"header": header}, media_format))
 
 
 def test_binding_reports_what_is_wrong() -> None:

@@ -1,9 +1,10 @@
 """`GET /v1/accounts/{account_id}/usage` (API.md section 11, issue 12 point 5) over HTTP, both databases.
 
-Real sends through the simulator: an OTP (AUTHENTICATION), order_update (UTILITY; free in the
-customer's window), spring_sale (MARKETING), a session text after the customer wrote and an agent's
-reply from the dashboard, a bulk batch, a send the simulator fails with 131026, and a UTILITY template
-Meta charged as MARKETING. The report must add up exactly to the messages' own `cost.amount`.
+Real sends through the simulator: an OTP (AUTHENTICATION), order_update (UTILITY; charged in the
+customer's window too since 2026-10-01), spring_sale (MARKETING), a session text after the customer
+wrote and an agent's reply from the dashboard, a bulk batch, a send the simulator fails with 131026,
+and a UTILITY template Meta charged as MARKETING. The report must add up exactly to the messages'
+own `cost.amount`.
 """
 
 from __future__ import annotations
@@ -141,8 +142,8 @@ def traffic(gateway: Gateway) -> Traffic:
     main = [sent(gateway.otp(new_number())), sent(gateway.otp(UNDELIVERABLE))]
     main.append(sent(gateway.send({"phone_number": new_number(), "template": ORDER})))
     main.append(sent(gateway.send({"phone_number": new_number(), "template": SALE})))
-    # A customer writes: the reply is a session message (free), and a UTILITY template in the open
-    # window is free too.
+    # A customer writes: the reply is a session message and a UTILITY template goes in the open window;
+    # since 2026-10-01 both cost the utility rate (the default price list, API.md section 14).
     customer = new_number()
     gateway.sim.inbound(MAIN["phone_number_id"], customer, "Where is my order?")
     wait_for(
@@ -228,10 +229,10 @@ def test_rows_add_up_exactly_to_the_messages_costs(gateway: Gateway, traffic: Tr
     assert body["data"] == expected_rows(gateway, traffic.all)
     assert all(row["messages"] > 0 for row in body["data"])
     # The figures, whatever the days: 11 sends, 1 failed; on Main 0.036 (OTP) + 0 (failed OTP) + 0.036
-    # (order outside the window) + 0.165 (sale) + 0 (session text) + 0 (order in the window) + 0 (the
-    # agent's reply) + 2 x 0.036 (bulk OTPs) + 0.165 (order charged as MARKETING), on Second 0.036
-    # (OTP). The customer's own message is not counted.
-    assert body["total"] == {"messages": 11, "failed": 1, "amount": "0.51"}
+    # (order outside the window) + 0.165 (sale) + 0.036 (session text) + 0.036 (order in the window)
+    # + 0.036 (the agent's reply) + 2 x 0.036 (bulk OTPs) + 0.165 (order charged as MARKETING), on
+    # Second 0.036 (OTP): the prices since 2026-10-01. The customer's own message is not counted.
+    assert body["total"] == {"messages": 11, "failed": 1, "amount": "0.618"}
     by_key: dict[tuple[int, str], list[int]] = defaultdict(lambda: [0, 0])
     amounts: dict[tuple[int, str], Decimal] = defaultdict(Decimal)
     for row in body["data"]:
@@ -249,9 +250,9 @@ def test_rows_add_up_exactly_to_the_messages_costs(gateway: Gateway, traffic: Tr
     }
     assert amounts == {
         (main, "AUTHENTICATION"): Decimal("0.108"),
-        (main, "UTILITY"): Decimal("0.036"),
+        (main, "UTILITY"): Decimal("0.072"),
         (main, "MARKETING"): Decimal("0.330"),
-        (main, "SESSION"): Decimal(0),
+        (main, "SESSION"): Decimal("0.072"),
         (second, "AUTHENTICATION"): Decimal("0.036"),
     }
     assert gateway.message(traffic.failed)["external_error"].startswith("131026")

@@ -94,7 +94,7 @@ def test_a_user_id_never_seen_is_a_customer_of_its_own_reached_by_user_id(gatewa
     assert reply.json()["sent_as"] == "session"
     message = gateway.message(reply.json()["id"])
     assert (message["phone_number"], message["user_id"]) == (None, stranger)
-    assert message["cost"]["amount"] == "0"
+    assert message["cost"]["amount"] == "0.036"  # a session message, since 2026-10-01
     [request] = wait_for(
         lambda: [m for m in gateway.sim.messages() if m["body"].get("recipient") == stranger] or None,
         what="the send to reach the simulator",
@@ -220,16 +220,17 @@ def test_a_customer_who_stopped_marketing_gets_no_marketing_template(gateway: Ga
     )
 
 
-def test_a_utility_template_in_an_open_window_costs_nothing(gateway: Gateway) -> None:
+def test_a_utility_template_in_an_open_window_costs_its_price_since_october_2026(gateway: Gateway) -> None:
+    # Free until 2026-09-30 (tests/messages/test_prices_by_date.py prices by a list of that time).
     number, closed = new_number(), new_number()
     inbound(gateway, **{"from": number})
     wait_for(lambda: window(gateway, number)["open"], what="window to open")
-    free = gateway.send({"phone_number": number, "template": ORDER}).json()["id"]
+    in_window = gateway.send({"phone_number": number, "template": ORDER}).json()["id"]
     paid = gateway.send({"phone_number": closed, "template": ORDER}).json()["id"]
-    assert gateway.message(free)["cost"] == {"amount": "0", "currency": "AZN", "category": "UTILITY"}
+    assert gateway.message(in_window)["cost"] == {"amount": "0.036", "currency": "AZN", "category": "UTILITY"}
     assert gateway.message(paid)["cost"]["amount"] == "0.036"
-    # Meta's pricing on the statuses agrees (billable false in the window), and the cost stays settled.
-    assert gateway.wait_status(free, "delivered")["cost"]["amount"] == "0"
+    # Meta's pricing on the statuses agrees (billable in the window too), and the cost stays settled.
+    assert gateway.wait_status(in_window, "delivered")["cost"]["amount"] == "0.036"
     assert gateway.wait_status(paid, "delivered")["cost"]["amount"] == "0.036"
 
 

@@ -44,13 +44,14 @@ from wagate.logs import note_request
 from wagate.lookups import Lookups
 from wagate.messages.models import BoundTemplate, MessageStatus, PreparedSend
 from wagate.messages.schemas import TemplateRef
-from wagate.messages.service import build_send, checked_callback
+from wagate.messages.service import build_send, check_media_link, checked_callback
 from wagate.outbox.models import Priority
 from wagate.phones import normalize_phone_number
+from wagate.prices import PriceEntry
 from wagate.security import SecretBox
 from wagate.templates.models import Template
 from wagate.templates.service import require_approved
-from wagate.templates.variables import bind_parameters
+from wagate.templates.variables import MEDIA_HEADER, MediaHeader, bind_parameters, header_format
 
 REJECTED_INVALID_NUMBER = "invalid_phone_number"
 REJECTED_MARKETING_STOPPED = MarketingPreferenceStopped.code
@@ -106,8 +107,11 @@ async def prepare_batch(
         request.status_callback, lookups=lookups, settings=settings, box=secret_box
     )
     subscriptions = await lookups.subscriptions()
+    # One entry of the price list for the whole batch: the price of the day it is accepted.
+    price = settings.price_list.now()
     build = functools.partial(
         build_send,
+        price=price,
         account_id=principal.account_id,
         channel_id=channel.id,
         text=None,
@@ -127,8 +131,9 @@ async def prepare_batch(
             f"Template '{ref.name}' takes {len(template.variables)} parameters; not every recipient's match.",
             details=mismatches[:50],
         )
+    await _check_media_links(lookups, given, sends)
     recipients, sends = await _apply_customer_state(
-        lookups, principal.account_id, channel.id, template, recipients, sends
+        lookups, principal.account_id, channel.id, template, recipients, sends, price
     )
     rate = channel.messages_per_second
     await admit(lookups, channel_id=channel.id, rate=rate, adding=len(sends), settings=settings)
@@ -143,6 +148,32 @@ async def prepare_batch(
     )
 
 
+async def _check_media_links(lookups: Lookups, given: list[BulkRecipient], sends: list[PreparedSend]) -> None:
+    """Each distinct link of a media header checked once (a batch's recipients mostly share one host,
+    which the guard resolves once): 422 naming the first recipient whose link is refused."""
+    checked: set[str] = set()
+    for send in sends:
+        media = send.template.values.get(MEDIA_HEADER) if send.template is not None else None
+        if not isinstance(media, MediaHeader) or media.link in checked:
+            continue
+        checked.add(media.link)
+        index = next(
+            (
+                i
+                for i, r in enumerate(given)
+                if r.parameters is not None and _link_of(r.parameters) == media.link
+            ),
+            None,
+        )
+        field = "template.parameters.header" if index is None else f"recipients[{index}].parameters.header"
+        await check_media_link(media.link, lookups=lookups, field=field)
+
+
+def _link_of(parameters: list[Any] | dict[str, Any]) -> Any:
+    header = parameters.get(MEDIA_HEADER) if isinstance(parameters, dict) else (parameters or [None])[0]
+    return header.get("link") if isinstance(header, dict) else None
+
+
 async def _apply_customer_state(
     lookups: Lookups,
     account_id: int,
@@ -150,12 +181,15 @@ async def _apply_customer_state(
     template: Template,
     recipients: list[tuple[str, str | None, str | None]],
     sends: list[PreparedSend],
+    price: PriceEntry,
 ) -> tuple[list[tuple[str, str | None, str | None]], list[PreparedSend]]:
     """What the customers' state changes (API.md section 13), one query for the whole batch: a
     MARKETING template skips those who stopped marketing messages (rejected), and a UTILITY template
-    is free for those whose window is open."""
+    is free for those whose window is open while the price list's entry `price` says so."""
     category = template.category.upper()
     if not sends or category not in ("MARKETING", "UTILITY"):
+        return recipients, sends
+    if category == "UTILITY" and not price.utility_free_in_window:
         return recipients, sends
     numbers = [send.phone_number for send in sends if send.phone_number]
     async with lookups.db.read() as session:
@@ -206,7 +240,7 @@ def _bind_recipients(
             continue  # a number given twice is sent once
         seen.add(number)
         parameters = recipient.parameters if recipient.parameters is not None else ref.parameters
-        values = bind_parameters(template.variables, parameters)
+        values = bind_parameters(template.variables, parameters, header_format(template.components))
         if isinstance(values, str):
             where = (
                 f"recipients[{index}].parameters"

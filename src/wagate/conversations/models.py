@@ -13,6 +13,10 @@ CONTACT_NAME_LENGTH = 200
 USER_ID_LENGTH = 64
 USERNAME_LENGTH = 100
 PHONE_NUMBER_LENGTH = 32
+# Who answers the customer (`Conversation.handled_by`, API.md section 14): the app (the gateway's
+# users) or Meta's AI agent, whose conversations Meta sends on the `standby` field.
+HANDLED_BY_APP = "app"
+HANDLED_BY_AGENT = "meta_business_agent"
 
 
 class ConversationStatus(enum.StrEnum):
@@ -92,7 +96,7 @@ class Conversation(Base):
     status: Mapped[ConversationStatus] = mapped_column(Enum(ConversationStatus, native_enum=False, length=20))
     # Who answers the customer: "app" (the gateway's users) or "meta_business_agent" while Meta's AI
     # agent holds the conversation (its traffic on the `standby` field, API.md section 14).
-    handled_by: Mapped[str] = mapped_column(String(30), server_default="app")
+    handled_by: Mapped[str] = mapped_column(String(30), server_default=HANDLED_BY_APP)
     # The 24-hour window runs from the customer's last message.
     last_customer_message_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     last_activity_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from wagate.channels.models import Channel
 from wagate.conversations.models import (
+    HANDLED_BY_APP,
     Contact,
     Conversation,
     ConversationStatus,
@@ -59,13 +60,16 @@ def _contact_upsert(statement: Any) -> Any:
 
 
 def _conversation_upsert(statement: Any) -> Any:
-    """A send's conversation: made when new, else given the send's status and time; its id returned."""
+    """A send's conversation: made when new, else given the send's status and time; its id returned.
+    A send takes the conversation back from Meta's AI agent (API.md section 14; Meta: an app that
+    sends while on standby becomes the active handler): new rows get `app` from the column's default."""
     conversations = table_of(Conversation)
     return statement.on_conflict_do_update(
         index_elements=[conversations.c.channel_id, conversations.c.contact_id],
         set_={
             "status": statement.excluded.status,
             "last_activity_at": statement.excluded.last_activity_at,
+            "handled_by": HANDLED_BY_APP,
         },
     ).returning(conversations.c.id, conversations.c.contact_id)
 
@@ -190,16 +194,17 @@ def insert_customer_ids(session: Session, rows: list[dict[str, Any]]) -> set[str
 
 async def find_customer(
     session: AsyncSession, *, account_id: int, user_id: str
-) -> tuple[int, str | None] | None:
-    """The contact a user id names and its number (None when unknown): (contact id, phone number)."""
+) -> tuple[int, str | None, str | None] | None:
+    """The contact a user id names, its number and the user id the customer moved to (None when
+    unknown): (contact id, phone number, replaced by)."""
     row = (
         await session.execute(
-            select(Contact.id, Contact.phone_number)
+            select(Contact.id, Contact.phone_number, CustomerId.replaced_by)
             .join(CustomerId, CustomerId.contact_id == Contact.id)
             .where(CustomerId.account_id == account_id, CustomerId.user_id == user_id)
         )
     ).one_or_none()
-    return (row[0], row[1]) if row else None
+    return (row[0], row[1], row[2]) if row else None
 
 
 async def find_contact_conversation(
@@ -376,9 +381,12 @@ def statuses_before(session: Session, *, channel_id: int, contact_ids: list[int]
 
 
 def first_user_id(session: Session, contact_id: int) -> str | None:
-    """One user id of the contact (customers reached through one business have one)."""
+    """One current user id of the contact (customers reached through one business have one; one
+    replaced by a newer is not current)."""
     found: str | None = session.scalar(
-        select(func.min(CustomerId.user_id)).where(CustomerId.contact_id == contact_id)
+        select(func.min(CustomerId.user_id)).where(
+            CustomerId.contact_id == contact_id, CustomerId.replaced_by.is_(None)
+        )
     )
     return found
 
@@ -403,13 +411,16 @@ class ConversationRow:
     name: str | None
     username: str | None
     user_id: str | None
+    handled_by: str = HANDLED_BY_APP  # or "meta_business_agent" (API.md section 14)
 
 
 def _rows_query() -> Select[Any]:
-    # One user id per customer for those known without a number (shown by username or user id):
-    # a correlated subquery on an indexed column, part of the one statement (no query per row).
+    # One current user id per customer for those known without a number (shown by username or user
+    # id): a correlated subquery on an indexed column, part of the one statement (no query per row).
     user_id = (
-        select(func.min(CustomerId.user_id)).where(CustomerId.contact_id == Contact.id).scalar_subquery()
+        select(func.min(CustomerId.user_id))
+        .where(CustomerId.contact_id == Contact.id, CustomerId.replaced_by.is_(None))
+        .scalar_subquery()
     )
     return (
         select(
@@ -423,6 +434,7 @@ def _rows_query() -> Select[Any]:
             Contact.name,
             Contact.username,
             user_id,
+            Conversation.handled_by,
         )
         .join(Contact, Contact.id == Conversation.contact_id)
         .join(Channel, Channel.id == Conversation.channel_id)

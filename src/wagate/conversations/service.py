@@ -78,14 +78,15 @@ class Recipient:
 async def recipient_for(
     session: AsyncSession, *, account_id: int, phone_number: str | None, user_id: str | None
 ) -> Recipient:
-    """A send's recipient: a user id's contact and number are looked up (one query); a number is as given."""
+    """A send's recipient: a user id's contact and number are looked up (one query); a number is as given.
+    A user id the customer moved away from (`user_changed_user_id`) is sent to the one they moved to."""
     if user_id is None:
         return Recipient(phone_number)
     found = await find_customer(session, account_id=account_id, user_id=user_id)
     if found is None:
         return Recipient(None, user_id)
-    contact_id, number = found
-    return Recipient(number, user_id, contact_id)
+    contact_id, number, replaced_by = found
+    return Recipient(number, replaced_by or user_id, contact_id)
 
 
 async def window_for(

@@ -20,7 +20,7 @@ from wagate.accounts.service import SessionUser
 from wagate.bulk.schemas import MAX_RECIPIENTS, BulkRecipient, SendBulkRequest
 from wagate.bulk.service import accept_batch, list_batches, prepare_batch, read_batch
 from wagate.channels.service import channel_for_member
-from wagate.dashboard.views import Inbox, inboxes_of, templates_for
+from wagate.dashboard.views import MEDIA_FILENAME_FIELD, Inbox, form_parameters, inboxes_of, templates_for
 from wagate.dashboard.web import (
     FormRefused,
     check_csrf,
@@ -36,6 +36,7 @@ from wagate.errors import InvalidRequest, WagateError
 from wagate.limits import parse_id
 from wagate.messages.schemas import TemplateRef, format_amount
 from wagate.templates.render import render_message_template
+from wagate.templates.variables import MEDIA_HEADER
 
 router = APIRouter(include_in_schema=False)
 User = Annotated[SessionUser, Depends(current_user)]
@@ -126,7 +127,8 @@ def recipients_of(text: str, variables: list[str], shared: dict[str, str]) -> li
     header = [cell.strip() for cell in next(csv.reader([lines[0]]))]
     if header and header[0].lower() == "phone_number":
         columns = header[1:]
-        unknown = [c for c in columns if c not in variables]
+        known = [*variables, MEDIA_FILENAME_FIELD] if MEDIA_HEADER in variables else variables
+        unknown = [c for c in columns if c not in known]
         if unknown:
             raise InvalidRequest(
                 f"The CSV has columns the template does not take: {', '.join(unknown)}"
@@ -139,12 +141,16 @@ def recipients_of(text: str, variables: list[str], shared: dict[str, str]) -> li
                 continue
             values = {**shared, **{c: v.strip() for c, v in zip(columns, row[1:], strict=False)}}
             recipients.append(
-                BulkRecipient(phone_number=row[0].strip(), parameters=values if variables else None)
+                BulkRecipient(
+                    phone_number=row[0].strip(),
+                    parameters=form_parameters(values, variables) if variables else None,
+                )
             )
         return recipients
     return [
         BulkRecipient(
-            phone_number=line.strip().split(",")[0].strip(), parameters=dict(shared) if variables else None
+            phone_number=line.strip().split(",")[0].strip(),
+            parameters=form_parameters(shared, variables) if variables else None,
         )
         for line in lines
     ]

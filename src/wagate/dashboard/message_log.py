@@ -28,6 +28,7 @@ from wagate.deps import Gateway, GatewayDep
 from wagate.errors import InvalidRequest, WagateError
 from wagate.limits import parse_id
 from wagate.messages.models import MessageStatus, SentMessage
+from wagate.messages.pricing import message_cost_category
 from wagate.messages.schemas import format_amount
 from wagate.messages.service import FailureSeries, MessageFilters, failures_over_time, list_messages
 from wagate.whatsapp.explanations import code_of, explain
@@ -175,6 +176,7 @@ class LogRow:
     conversation_id: int
     conversation_status: str
     batch_id: str | None
+    held: str | None = None  # Meta holds it for a quality check (views.held_note)
 
 
 def sent_by(sent: SentMessage) -> str:
@@ -207,6 +209,7 @@ def log_row(sent: SentMessage, channels: dict[int, str]) -> LogRow:
         conversation_id=message.conversation_id,
         conversation_status=sent.conversation_status.value,
         batch_id=message.batch_id,
+        held=views.held_note(message.upstream_status),
     )
 
 
@@ -465,7 +468,7 @@ def csv_line(sent: SentMessage, channels: dict[int, str]) -> str:
             message.sent_as.value if message.sent_as else "",
             message.template_name or "",
             message.template_language or "",
-            message.cost_category or message.template_category or "",
+            message_cost_category(message) or "",
             _cell(message.text),
             "" if code is None else code,
             _cell(message.external_error) if failed else "",

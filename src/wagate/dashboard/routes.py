@@ -233,7 +233,8 @@ async def reply(
             values = {
                 key.removeprefix("var:"): value for key, value in form.items() if key.startswith("var:")
             }
-            template = {"name": name, "language": language, "parameters": values}
+            parameters = views.form_parameters(values, list(values))
+            template = {"name": name, "language": language, "parameters": parameters}
         # A reply keeps the conversation where the agent works on it (an API send would resolve it).
         keep = row.status.value if row.status is not ConversationStatus.resolved else None
         request_body = views.send_request(

@@ -42,6 +42,7 @@ EVENT_LABELS: dict[str, str] = {
     EventKind.message_created.value: "Message created",
     EventKind.conversation_status_changed.value: "Conversation status changed",
     EventKind.batch_completed.value: "Batch completed",
+    EventKind.template_updated.value: "Template updated",
 }
 STATE_LABELS = {
     DeliveryState.pending.value: "Pending",

@@ -22,8 +22,10 @@ from wagate.live import LiveChange
 from wagate.messages.models import Direction, Message
 from wagate.messages.repository import conversation_messages
 from wagate.messages.schemas import SendMessageRequest, format_amount
+from wagate.messages.standby import META_BUSINESS_AGENT
 from wagate.templates.render import render_message_template, render_template_text
 from wagate.templates.service import list_templates
+from wagate.templates.variables import MEDIA_HEADER, header_format
 from wagate.whatsapp.explanations import Explanation, explain_external_error
 
 PathId = Path(ge=1, le=MAX_ID)
@@ -91,6 +93,20 @@ class MessageItem:
     ticks: list[Tick] = field(default_factory=list)
     error: str | None = None
     explanation: Explanation | None = None
+    held: str | None = None  # what Meta holding the send means (`held_note`), while it does
+
+
+# Meta's answer to a template send under template pacing (API.md section 14): the words the dashboard
+# shows wherever such a message's status is, until Meta's first status webhook moves it on.
+HELD_FOR_QUALITY = "held_for_quality_assessment"
+HELD_NOTE = (
+    "Held by Meta for a quality check (template pacing): Meta sends it once early feedback on the"
+    " template is good. It has not failed and is not sent again."
+)
+
+
+def held_note(upstream_status: str | None) -> str | None:
+    return HELD_NOTE if upstream_status == HELD_FOR_QUALITY else None
 
 
 _TICK_LABELS = {
@@ -103,8 +119,15 @@ _TICK_LABELS = {
 
 
 def _ticks(message: Message) -> list[Tick]:
-    """Queued when accepted, sent once Meta took it (it has Meta's id), then what Meta reported."""
+    """Queued when accepted, sent once Meta took it (it has Meta's id), then what Meta reported. A
+    reply of Meta's AI agent was never queued here: it is sent when Meta echoes it."""
     history = {entry["status"]: entry["at"] for entry in message.status_history}
+    if message.sent_by is not None:
+        return [Tick("sent", _TICK_LABELS["sent"], history.get("sent"))] + [
+            Tick(status, _TICK_LABELS[status], history[status])
+            for status in ("delivered", "read", "failed")
+            if status in history
+        ]
     ticks = [Tick("queued", _TICK_LABELS["queued"], history.get("sent"))]
     if message.upstream_message_id is not None or message.status.value in ("delivered", "read"):
         ticks.append(Tick("sent", _TICK_LABELS["sent"], None))
@@ -114,21 +137,25 @@ def _ticks(message: Message) -> list[Tick]:
     return ticks
 
 
+def _author(message: Message) -> str:
+    if message.direction is Direction.inbound:
+        return "Customer"
+    if message.direction is Direction.system:
+        return "WhatsApp"  # a notice of Meta's about the customer (a user id change)
+    if message.sent_by == META_BUSINESS_AGENT:
+        return "Meta Business Agent"  # its replies, echoed on `standby` (API.md section 14)
+    if message.agent_user_id is not None:
+        return "Agent"
+    return "Bulk" if message.batch_id else "API"
+
+
 async def messages_of(gateway: Gateway, row: ConversationRow) -> list[MessageItem]:
     async with gateway.db.read() as session:
         messages = await conversation_messages(session, conversation_id=row.id, limit=MESSAGES_SHOWN)
     items = []
     for message in messages:
-        inbound = message.direction is Direction.inbound
-        author = (
-            "Customer"
-            if inbound
-            else "Agent"
-            if message.agent_user_id is not None
-            else "Bulk"
-            if message.batch_id
-            else "API"
-        )
+        inbound = message.direction is not Direction.outbound  # the customer's, or a notice of Meta's
+        author = _author(message)
         template_text = None
         if message.template_name and message.template_language:
             template = await gateway.lookups.template(
@@ -154,13 +181,14 @@ async def messages_of(gateway: Gateway, row: ConversationRow) -> list[MessageIte
                 template_name=message.template_name,
                 template_text=template_text,
                 created_at=message.created_at,
-                cost=f"{format_amount(0 if failed else message.cost_micros)} {message.cost_currency}"
-                if not inbound
+                cost=f"{format_amount(0 if failed else message.cost_micros)} {message.cost_currency}".strip()
+                if not inbound and (message.sent_by is None or message.cost_micros)
                 else "",
                 batch_id=message.batch_id,
                 ticks=[] if inbound else _ticks(message),
                 error=message.external_error if failed else None,
                 explanation=explain_external_error(message.external_error) if failed else None,
+                held=None if inbound else held_note(message.upstream_status),
             )
         )
     return items
@@ -174,6 +202,24 @@ class TemplateChoice:
     category: str
     variables: list[str]
     body: str
+    header_format: str | None = None  # DOCUMENT, IMAGE, VIDEO: the variable "header" is its link
+
+
+# A form's (or a CSV's) field for a document header's file name, beside the link in "header".
+MEDIA_FILENAME_FIELD = "header_filename"
+
+
+def form_parameters(values: dict[str, str], variables: list[str]) -> dict[str, Any]:
+    """The values a form or a CSV row gives for a template's variables, as the API's object form of
+    `template.parameters`: a media header's link (`header`) and file name (`header_filename`) become
+    the header object `{"link", "filename"}` (API.md section 14)."""
+    parameters: dict[str, Any] = {k: v for k, v in values.items() if k != MEDIA_FILENAME_FIELD}
+    if MEDIA_HEADER in variables and MEDIA_HEADER in parameters:
+        header: dict[str, str] = {"link": parameters[MEDIA_HEADER]}
+        if values.get(MEDIA_FILENAME_FIELD):
+            header["filename"] = values[MEDIA_FILENAME_FIELD]
+        parameters[MEDIA_HEADER] = header
+    return parameters
 
 
 async def templates_for(gateway: Gateway, channel_id: int) -> list[TemplateChoice]:
@@ -192,6 +238,7 @@ async def templates_for(gateway: Gateway, channel_id: int) -> list[TemplateChoic
                 template.category,
                 list(template.variables),
                 body,
+                header_format(template.components),
             )
         )
     return choices

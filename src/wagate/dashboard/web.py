@@ -52,7 +52,9 @@ templates.filters["iso"] = lambda value: isoformat(value) if isinstance(value, d
 
 def variable_label(variable: str) -> str:
     """A template variable as the picker labels it: `1` -> `Body {{1}}`, `header.1` -> `Header {{1}}`,
-    `button.0` -> `Button 1`, a named one as its name."""
+    `button.0` -> `Button 1`, a media header (`header`) as `Header file (link)`, a named one as its name."""
+    if variable == "header":
+        return "Header file (link)"
     part, _, name = variable.rpartition(".")
     if part == "button" and name.isdigit():
         return f"Button {int(name) + 1}"

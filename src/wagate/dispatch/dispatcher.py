@@ -138,16 +138,15 @@ class Dispatcher:
         dead letters, as any stored body."""
         subscriptions = await self.lookups.subscriptions()
         try:
-            applied = await self.db.write(jobs.apply_on_receipt(body, subscriptions, self.settings.prices))
+            applied = await self.db.write(
+                jobs.apply_on_receipt(body, subscriptions, self.settings.price_list)
+            )
         except Exception as exc:
             log.warning(
                 "a Meta webhook could not be applied on receipt, so it is stored: %s", describe_error(exc)
             )
             return False
-        if applied.statuses:
-            self.metrics.statuses_applied.inc(applied.statuses)
-        if applied.events:
-            self.wake_events()
+        self._count_applied(applied)
         return True
 
     def wake_events(self) -> None:
@@ -284,7 +283,7 @@ class Dispatcher:
             for item in taken
             if self.ownership.sole or item.channel_id is None or item.channel_id in self.lanes
         ]
-        applied = await jobs.apply_received(self.db, mine, subscriptions, self.settings.prices)
+        applied = await jobs.apply_received(self.db, mine, subscriptions, self.settings.price_list)
         if applied is None:
             self._claim_webhooks = True
             return True
@@ -301,7 +300,7 @@ class Dispatcher:
             # to the same messages rows (the scale-out test: 1 s stalls, PostgreSQL's deadlock_timeout).
             channels=None if self.ownership.sole else set(self.lanes),
             subscriptions=subscriptions,
-            prices=self.settings.prices,
+            prices=self.settings.price_list,
             held=self._held_webhooks,
         )
         self._held_webhooks = batch.held
@@ -319,6 +318,10 @@ class Dispatcher:
             self.metrics.statuses_applied.inc(applied.statuses)
         if applied.events:
             self.wake_events()
+        if applied.templates:
+            # Meta changed a template (paused, recategorised...): this process's sends see it at once,
+            # other processes' when their cache's few seconds run out (wagate.cache).
+            self.lookups.forget_templates()
 
     async def _release_unconfirmed(self, subscriptions: Subscriptions, *, webhooks_before: datetime) -> None:
         """Settle sends whose outcome stayed unknown too long (see sends.release_unconfirmed), except

@@ -200,6 +200,7 @@ class WebhookBatch:
     # Claimed, not applied, and not given back because the database went away meanwhile: the caller
     # hands them in again on its next try (they stay locked to this worker for the claim's lease).
     held: list[ClaimedJob]
+    templates: int = 0  # templates a lifecycle webhook changed (see WebhooksApplied)
 
 
 async def run_webhook_batch(
@@ -240,13 +241,14 @@ async def run_webhook_batch(
     results, unwritten = await write_isolating(db, jobs, apply, retry_or_bury, large=True)
     events = sum(applied.events for applied in results)
     statuses = sum(applied.statuses for applied in results)
+    templates = sum(applied.templates for applied in results)
     if unwritten:  # the database went away: nothing is wrong with them, they come again at once
         try:
             await db.write(lambda session: release_jobs(session, [job.id for job in unwritten]))
         except Exception as exc:  # still away: held here, applied first on the next try
             log.warning("could not give back %d Meta webhooks: %s", len(unwritten), describe_error(exc))
-            return WebhookBatch(len(jobs), events, statuses, unwritten)
-    return WebhookBatch(len(jobs), events, statuses, [])
+            return WebhookBatch(len(jobs), events, statuses, unwritten, templates)
+    return WebhookBatch(len(jobs), events, statuses, [], templates)
 
 
 @dataclass(frozen=True)

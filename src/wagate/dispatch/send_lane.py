@@ -516,7 +516,9 @@ class ChannelLane:
         if config.paused:
             config.paused = False  # Meta took the probe: the lane sends at its rate again
             self.resumed = True
-        return sends.Sent(claimed, result.wamid)
+        # `accepted` (or no word) is the usual answer; anything else is kept on the message as Meta said it.
+        held = result.message_status if result.message_status not in (None, "accepted") else None
+        return sends.Sent(claimed, result.wamid, held[: sends.UPSTREAM_STATUS_LENGTH] if held else None)
 
     async def _record(self, batch: list[sends.Outcome]) -> list[sends.Outcome]:
         """Store a round of outcomes (one bad one is parked, see isolation.py); returns those that
@@ -531,7 +533,7 @@ class ChannelLane:
                 list(outcomes),
                 grace_seconds=grace,
                 subscriptions=subscriptions,
-                prices=self.deps.settings.prices,
+                prices=self.deps.settings.price_list,
                 resumed_channel=self.channel_id if resumed else None,
             )
 

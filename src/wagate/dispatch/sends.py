@@ -16,7 +16,19 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Integer, Select, Update, any_, bindparam, delete, func, literal_column, select, update
+from sqlalchemy import (
+    Integer,
+    Select,
+    Update,
+    any_,
+    bindparam,
+    case,
+    delete,
+    func,
+    literal_column,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import ColumnElement
@@ -46,10 +58,21 @@ from wagate.outbox.models import (
 from wagate.outbox.retry import SEND_NOT_DELIVERED, SEND_ORPHANED
 
 _messages = table_of(Message)
+# The column's length (messages.upstream_status): a longer word from Meta is cut, not a failed write.
+UPSTREAM_STATUS_LENGTH = 40
+
+
+def _upstream_status(given: Any) -> Any:
+    """What Meta answered the send with when it did not simply accept it (`held_for_quality_assessment`,
+    API.md section 14). Only while the message has no wamid yet: one a status webhook already gave
+    it has been moved on by that status, which clears the field."""
+    return case((_messages.c.upstream_message_id.is_(None), given), else_=_messages.c.upstream_status)
+
+
 _SET_WAMID = (
     _messages.update()
     .where(_messages.c.id == bindparam("message"))
-    .values(upstream_message_id=bindparam("wamid"))
+    .values(upstream_message_id=bindparam("wamid"), upstream_status=_upstream_status(bindparam("held")))
 )
 _outbox = table_of(OutboxJob)
 
@@ -62,11 +85,12 @@ def _sent_round() -> Select[Any]:
     read. Data-modifying CTEs run whether or not the query reads them."""
     wamids = bindparam("wamids", type_=postgresql.ARRAY(_messages.c.upstream_message_id.type))
     messages = bindparam("messages", type_=postgresql.ARRAY(_messages.c.id.type))
-    sent = func.unnest(messages, wamids).table_valued("message", "wamid").render_derived()
+    held = bindparam("held", type_=postgresql.ARRAY(_messages.c.upstream_status.type))
+    sent = func.unnest(messages, wamids, held).table_valued("message", "wamid", "held").render_derived()
     set_wamids = (
         _messages.update()
         .where(_messages.c.id == sent.c.message)
-        .values(upstream_message_id=sent.c.wamid)
+        .values(upstream_message_id=sent.c.wamid, upstream_status=_upstream_status(sent.c.held))
         .cte("set_wamids")
     )
     jobs = bindparam("jobs", type_=postgresql.ARRAY(_outbox.c.id.type))
@@ -99,6 +123,9 @@ UNCONFIRMED_ERROR = "upstream_unconfirmed: WhatsApp neither accepted nor rejecte
 class Sent:
     send: ClaimedSend
     wamid: str
+    # Meta's `message_status` when not `accepted`: `held_for_quality_assessment` under template
+    # pacing. Not a failure, and never a reason to send again.
+    upstream_status: str | None = None
 
 
 @dataclass(frozen=True)
@@ -302,6 +329,7 @@ def record_outcomes(
             {
                 "messages": [o.send.message_id for o in sent],
                 "wamids": [o.wamid for o in sent],
+                "held": [o.upstream_status for o in sent],
                 "jobs": finished,
             },
         )
@@ -311,7 +339,8 @@ def record_outcomes(
         settle_sends(session, parked.settled)
     elif sent:
         session.connection().execute(
-            _SET_WAMID, [{"message": o.send.message_id, "wamid": o.wamid} for o in sent]
+            _SET_WAMID,
+            [{"message": o.send.message_id, "wamid": o.wamid, "held": o.upstream_status} for o in sent],
         )
         parked = apply_parked_statuses(session, [o.wamid for o in sent], prices=prices)
         changes += parked.changes

@@ -42,8 +42,8 @@ def ok(description: str, example: Any) -> dict[str, Any]:
 @router.get(
     "/accounts/{account_id}/webhooks",
     summary="List webhooks",
-    description="The account's webhooks: where events about its messages, conversations and batches are"
-    " posted, signed. Administrators only.",
+    description="The account's webhooks: where events about its messages, conversations, batches and"
+    " templates are posted, signed. Administrators only.",
     responses={
         200: ok("The webhooks", {"data": [WEBHOOK_EXAMPLE]}),
         **errors(*COMMON, codes=ADMIN_CODES, _403=ADMIN_ONLY),

@@ -17,6 +17,7 @@ class EventKind(enum.StrEnum):
     message_created = "message_created"
     conversation_status_changed = "conversation_status_changed"
     batch_completed = "batch_completed"
+    template_updated = "template_updated"
 
 
 class DeliveryKind(enum.StrEnum):
@@ -26,6 +27,7 @@ class DeliveryKind(enum.StrEnum):
     message_created = "message_created"
     conversation_status_changed = "conversation_status_changed"
     batch_completed = "batch_completed"
+    template_updated = "template_updated"
     message_status = "message_status"
 
 

@@ -300,10 +300,11 @@ def _example_message(status: str, at: str) -> dict[str, Any]:
             "parameters": ["123456"],
         },
         "text": None,
-        "conversation": {"id": 0, "status": "resolved"},
+        "conversation": {"id": 0, "status": "resolved", "handled_by": "app"},
         "cost": {"amount": "0.00", "currency": "AZN", "category": "AUTHENTICATION"},
         "batch_id": None,
         "upstream_message_id": None,
+        "upstream_status": None,
         "status_history": [{"status": "sent", "at": at}]
         + ([{"status": status, "at": at}] if status != "sent" else []),
         "created_at": at,
@@ -329,6 +330,24 @@ def example_event_body(kind: EventKind, account_id: int) -> dict[str, Any]:
                 "user_id": None,
                 "status": "resolved",
             },
+        )
+    elif kind is EventKind.template_updated:
+        body.update(
+            template={
+                "channel_id": 0,
+                "name": "order_update",
+                "language": "en",
+                "category": "UTILITY",
+                "status": "PAUSED",
+                "quality": "RED",
+                "pending_category": None,
+                "rejected_reason": "Your WhatsApp message template has been paused for 3 hours.",
+                "parameter_format": "POSITIONAL",
+                "header_format": None,
+                "variables": ["1", "2"],
+                "components": [{"type": "BODY", "text": "Your order {{1}} is now {{2}}."}],
+            },
+            changes={"status": {"from": "APPROVED", "to": "PAUSED"}},
         )
     else:
         body["batch"] = {

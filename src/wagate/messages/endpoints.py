@@ -71,6 +71,24 @@ SEND_EXAMPLES: dict[str, Any] = {
         "summary": "Free-form text in the customer's window",
         "value": {"channel_id": 1, "phone_number": "+994501234567", "text": "Your order has shipped."},
     },
+    "document": {
+        "summary": "A template with a DOCUMENT header (an invoice)",
+        "value": {
+            "channel_id": 1,
+            "phone_number": "+994501234567",
+            "template": {
+                "name": "invoice_ready",
+                "language": "en",
+                "parameters": {
+                    "header": {
+                        "link": "https://files.example.com/inv/1001.pdf",
+                        "filename": "invoice-1001.pdf",
+                    },
+                    "1": "A-1001",
+                },
+            },
+        },
+    },
 }
 NOT_FOUND = {"_403": "Another account, or not a member of the channel's inbox"}
 
@@ -162,7 +180,7 @@ async def check_window(
             _404="`channel_id` names no channel of the account",
             _422="Invalid request, or a rule of the send refuses it (`invalid_phone_number`, `window_closed`,"
             " `template_not_found`, `template_not_approved`, `template_parameters_mismatch`,"
-            " `marketing_preference_stopped`, `idempotency_key_reused`, ...)",
+            " `marketing_preference_stopped`, `phone_number_required`, `idempotency_key_reused`, ...)",
             **NOT_FOUND,
         ),
     },
@@ -232,7 +250,10 @@ async def send_message_fast(request: Request) -> Response:
     "/accounts/{account_id}/whatsapp/messages/{message_id}",
     summary="Get a message",
     description="A message sent through the API, a bulk batch or the dashboard, with its status now, its"
-    " cost, and its conversation's status.",
+    " cost (priced by the price list of the day it was accepted, then as Meta's statuses settle it; a"
+    " session message is `SESSION`), and its conversation's status. `upstream_status` is"
+    " `held_for_quality_assessment` while Meta holds a template send for a quality check (template"
+    " pacing): not failed, not sent again; null otherwise and once Meta's first status comes.",
     responses={
         200: {
             "description": "The message",
@@ -250,7 +271,9 @@ async def send_message_fast(request: Request) -> Response:
 async def get_message(message_id: str, gateway: GatewayDep, principal: Member) -> dict[str, Any]:
     async with gateway.db.read() as session:
         found = await service.read_message(session, principal=principal, message_id=message_id)
-    return message_view(found.message, conversation_status=found.conversation_status.value)
+    return message_view(
+        found.message, conversation_status=found.conversation_status.value, handled_by=found.handled_by
+    )
 
 
 @router.get(
@@ -368,7 +391,11 @@ async def list_messages(
     return JSONResponse(
         {
             "data": [
-                message_view(sent.message, conversation_status=sent.conversation_status.value)
+                message_view(
+                    sent.message,
+                    conversation_status=sent.conversation_status.value,
+                    handled_by=sent.handled_by,
+                )
                 for sent in page.messages
             ],
             "next_before": page.next_before,

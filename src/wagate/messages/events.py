@@ -5,14 +5,14 @@ report, through events.publish (deliveries and their outbox rows).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, delete, insert, select
 from sqlalchemy.orm import Session
 
-from wagate.conversations.models import Conversation
+from wagate.conversations.models import HANDLED_BY_APP, Conversation
 from wagate.db import table_of, utcnow
 from wagate.events.models import DeliveryKind, EventKind
 from wagate.events.publish import REPORT_BATCH, NewDelivery, ordering_key, subscribers, write_deliveries
@@ -49,13 +49,15 @@ def publish_status_changes(
         ],
     )
     webhooks = subscribers(session, subscriptions, {c.account_id for c in changes}, EventKind.message_updated)
-    wanted = [c for c in changes if c.account_id in webhooks or _on_change(c.status_callback)]
+    wanted = [
+        c for c in changes if c.announced and (c.account_id in webhooks or _on_change(c.status_callback))
+    ]
     if not wanted:
         return 0
-    conversation_status = {
-        conversation_id: status
-        for conversation_id, status in session.execute(
-            select(Conversation.id, Conversation.status).where(
+    conversations = {
+        conversation_id: (status, handled_by)
+        for conversation_id, status, handled_by in session.execute(
+            select(Conversation.id, Conversation.status, Conversation.handled_by).where(
                 Conversation.id.in_({c.conversation_id for c in wanted})
             )
         )
@@ -63,8 +65,9 @@ def publish_status_changes(
     deliveries: list[NewDelivery] = []
     for change in wanted:
         view = change.view
-        status = conversation_status.get(change.conversation_id)
+        status, handled_by = conversations.get(change.conversation_id, (None, None))
         view["conversation"]["status"] = status.value if status is not None else None
+        view["conversation"]["handled_by"] = handled_by or HANDLED_BY_APP
         for webhook_id in webhooks.get(change.account_id, ()):
             deliveries.append(
                 NewDelivery(
@@ -164,12 +167,12 @@ def render_reports(session: Session, job_ids: Sequence[int]) -> int:
     if not message_ids:
         return 0
     rows = session.execute(
-        select(Message, Conversation.status)
+        select(Message, Conversation.status, Conversation.handled_by)
         .join(Conversation, Conversation.id == Message.conversation_id)
         .where(Message.id.in_([m for m in message_ids if m]))
     )
     deliveries: list[NewDelivery] = []
-    for message, conversation_status in rows:
+    for message, conversation_status, handled_by in rows:
         callback = message.status_callback
         if not callback or not callback.get("url"):
             continue
@@ -181,7 +184,9 @@ def render_reports(session: Session, job_ids: Sequence[int]) -> int:
                 message_id=message.id,
                 reason="after_seconds",
                 previous=history[-2]["status"] if len(history) > 1 else None,
-                view=message_view(message, conversation_status=conversation_status.value),
+                view=message_view(
+                    message, conversation_status=conversation_status.value, handled_by=handled_by
+                ),
                 # One report, due at its own time: it must not wait behind the message's other events.
                 ordered=False,
             )
@@ -190,9 +195,15 @@ def render_reports(session: Session, job_ids: Sequence[int]) -> int:
 
 
 def publish_messages_created(
-    session: Session, created: list[tuple[Message, str]], subscriptions: Subscriptions | None = None
+    session: Session,
+    created: list[tuple[Message, str]],
+    subscriptions: Subscriptions | None = None,
+    *,
+    handled_by: Mapping[int, str] | None = None,
 ) -> int:
-    """`message_created` for each (message, its conversation's status): API sends and customer messages."""
+    """`message_created` for each (message, its conversation's status): API sends and customer
+    messages. `handled_by`: who holds each conversation, by its id, when not the app (a send takes
+    every conversation back, API.md section 14)."""
     if not created:
         return 0
     webhooks = subscribers(
@@ -206,7 +217,11 @@ def publish_messages_created(
                 "event": "message_created",
                 "account_id": message.account_id,
                 "direction": message.direction.value,
-                "message": message_view(message, conversation_status=conversation_status),
+                "message": message_view(
+                    message,
+                    conversation_status=conversation_status,
+                    handled_by=(handled_by or {}).get(message.conversation_id, HANDLED_BY_APP),
+                ),
             },
             message_id=message.id,
             # Same key as the message's `message_updated` events: created always arrives first.

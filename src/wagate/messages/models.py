@@ -9,12 +9,13 @@ from typing import Any
 from sqlalchemy import JSON, Enum, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from wagate.conversations.models import USER_ID_LENGTH, ConversationStatus
+from wagate.conversations.models import HANDLED_BY_APP, USER_ID_LENGTH, ConversationStatus
 from wagate.db import Base, UTCDateTime, utcnow
 from wagate.events.models import EventKind
 from wagate.events.subscriptions import NO_SUBSCRIPTIONS, Subscriptions
 from wagate.outbox.models import Priority
 from wagate.templates.models import Template
+from wagate.templates.variables import Value
 
 
 class MessageStatus(enum.StrEnum):
@@ -32,6 +33,9 @@ class SentAs(enum.StrEnum):
 class Direction(enum.StrEnum):
     outbound = "outbound"
     inbound = "inbound"
+    # A notice of Meta's about the customer (a system message, such as a user id change): shown in
+    # the conversation, neither sent nor written by anyone in it.
+    system = "system"
 
 
 EXTERNAL_ERROR_LENGTH = 1000
@@ -79,7 +83,8 @@ class Message(Base):
     # under template pacing, API.md section 14); cleared by the message's first status webhook.
     upstream_status: Mapped[str | None] = mapped_column(String(40), nullable=True)
     # Who wrote an outbound message that the app did not send: "meta_business_agent" for the replies
-    # of Meta's AI agent, which arrive as echoes on the `standby` field (API.md section 14).
+    # of Meta's AI agent, which arrive as echoes on the `standby` field (API.md section 14). Such
+    # messages are not "sent through the API": not listed or readable there, and fire no events.
     sent_by: Mapped[str | None] = mapped_column(String(40), nullable=True)
     # The dashboard user who sent it (an agent's reply); empty for API and bulk sends.
     agent_user_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
@@ -189,7 +194,7 @@ class ParkedStatus(Base):
 @dataclass(frozen=True)
 class BoundTemplate:
     template: Template
-    values: dict[str, str]
+    values: dict[str, Value]  # text, and a media header's link (templates/variables.py)
     parameters: Any  # as the caller gave them, for the message record
 
 
@@ -237,3 +242,4 @@ class SentMessage:
 
     message: Message
     conversation_status: ConversationStatus
+    handled_by: str = HANDLED_BY_APP  # who holds the conversation (API.md section 14)

@@ -1,28 +1,29 @@
-"""What a message costs: the price list at acceptance, then what Meta's status webhooks say it charged.
+"""What a message costs: the price list in force when it was accepted, then what Meta's status webhooks
+say it charged.
 
-Meta charges per message since July 2025 (API.md section 13): a utility template inside the customer's
-open window is free, and the `pricing` of a status webhook is authoritative when it comes: `billable:
-false` means free, and a category other than the template's (Meta recategorises templates) is the
-price of that category.
+The list has effective dates (wagate/prices.py, API.md section 14): until 2026-09-30 a session message
+and a utility template inside the customer's open window cost 0; from 2026-10-01 both are charged. A
+message keeps the price of its day: it is stored with its cost, and a settlement prices it by the entry
+of its acceptance, not of the day Meta's status comes. The `pricing` of a status webhook is
+authoritative when it comes: `billable: false` means free, `service` is a session message (SESSION),
+and a category other than the template's (Meta recategorises templates) is the price of that category.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from decimal import Decimal
-
-from wagate.messages.models import Message, MessageRecord
+from wagate.messages.models import Message, MessageRecord, SentAs
+from wagate.prices import SESSION, PriceList, cost_category
 from wagate.whatsapp.payloads import StatusUpdate
 
-Prices = Mapping[str, Decimal]
+Prices = PriceList
 
 
-def price_micros(prices: Prices, category: str | None) -> int:
-    """The price of a template of this category in millionths (Meta's lower-case names too); session
-    messages (no category) are free."""
-    if category is None:
-        return 0
-    return int(prices.get(category.upper(), Decimal(0)) * 1_000_000)
+def message_cost_category(message: Message | MessageRecord) -> str | None:
+    """The cost category of API.md section 5: the one Meta charged, else the template's, else SESSION
+    for free text; None for a customer's message."""
+    if message.cost_category or message.template_category:
+        return message.cost_category or message.template_category
+    return SESSION if message.sent_as is SentAs.session else None
 
 
 def settle_cost(message: Message | MessageRecord, update: StatusUpdate, prices: Prices | None) -> None:
@@ -30,10 +31,11 @@ def settle_cost(message: Message | MessageRecord, update: StatusUpdate, prices: 
     if update.billable is False:
         message.cost_micros = 0
         return
-    category = update.pricing_category
-    if update.billable is None or category is None or message.template_category is None or prices is None:
+    if update.billable is None or update.pricing_category is None or prices is None:
         return
-    charged = category.upper()
-    message.cost_micros = price_micros(prices, charged)
-    if charged != message.template_category.upper():
+    charged = cost_category(update.pricing_category)
+    if charged is None:
+        return  # a category the list does not price: the price of acceptance stands
+    message.cost_micros = prices.at(message.created_at).price_micros(charged)
+    if charged != (message.template_category or SESSION).upper():
         message.cost_category = charged

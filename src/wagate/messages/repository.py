@@ -273,18 +273,19 @@ def _message_row(send: PreparedSend, conversation_id: int | None, now: datetime)
 async def sent_message(session: AsyncSession, *, account_id: int, message_id: str) -> SentMessage | None:
     row = (
         await session.execute(
-            select(Message, Conversation.status)
+            select(Message, Conversation.status, Conversation.handled_by)
             .join(Conversation, Conversation.id == Message.conversation_id)
             .where(
                 Message.id == message_id,
                 Message.account_id == account_id,
                 Message.direction == Direction.outbound,
+                Message.sent_by.is_(None),
             )
         )
     ).one_or_none()
     if row is None:
         return None
-    return SentMessage(row[0], ConversationStatus(row[1]))
+    return SentMessage(row[0], ConversationStatus(row[1]), row[2])
 
 
 async def conversation_messages(session: AsyncSession, *, conversation_id: int, limit: int) -> list[Message]:
@@ -315,7 +316,11 @@ class SentFilter:
 
 
 def _sent_conditions(found: SentFilter, *, with_status: bool = True) -> list[ColumnElement[bool]]:
-    conditions: list[ColumnElement[bool]] = [Message.direction == Direction.outbound]
+    # Sent through the API, in bulk or by agents: not the replies of Meta's AI agent (`sent_by`).
+    conditions: list[ColumnElement[bool]] = [
+        Message.direction == Direction.outbound,
+        Message.sent_by.is_(None),
+    ]
     if found.phone_number is not None:
         conditions.append(Message.phone_number == found.phone_number)
     if with_status and found.status is not None:
@@ -344,6 +349,7 @@ async def sent_cursor(
                 Message.id == message_id,
                 Message.account_id == account_id,
                 Message.direction == Direction.outbound,
+                Message.sent_by.is_(None),
             )
         )
     ).one_or_none()
@@ -394,12 +400,12 @@ async def list_sent_messages(
             .subquery("page")
         )
     rows = await session.execute(
-        select(Message, Conversation.status)
+        select(Message, Conversation.status, Conversation.handled_by)
         .join(page, page.c.id == Message.id)
         .join(Conversation, Conversation.id == Message.conversation_id)
         .order_by(page.c.created_at.desc(), page.c.id.desc())
     )
-    return [SentMessage(message, ConversationStatus(status)) for message, status in rows]
+    return [SentMessage(message, ConversationStatus(status), held) for message, status, held in rows]
 
 
 async def failure_counts(

@@ -5,10 +5,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator, model_validator
 
-from wagate.conversations.models import USER_ID_LENGTH
+from wagate.conversations.models import HANDLED_BY_APP, USER_ID_LENGTH
 from wagate.db import isoformat
 from wagate.limits import BodyId, RequestBody
 from wagate.messages.models import Message, MessageRecord
+from wagate.messages.pricing import message_cost_category
 
 ParameterValue = str | int | float
 # A country code, a dot, alphanumerics; enterprise ids have ENT between (API.md section 13).
@@ -96,8 +97,11 @@ def format_amount(micros: int) -> str:
     return format((Decimal(micros) / Decimal(1_000_000)).normalize(), "f")
 
 
-def message_view(message: Message | MessageRecord, *, conversation_status: str) -> dict[str, Any]:
-    """The message object of API.md section 5 (also the payload of every event about it)."""
+def message_view(
+    message: Message | MessageRecord, *, conversation_status: str, handled_by: str = HANDLED_BY_APP
+) -> dict[str, Any]:
+    """The message object of API.md section 5 (also the payload of every event about it);
+    `handled_by`: who holds its conversation (API.md section 14)."""
     failed = message.status == "failed"
     view: dict[str, Any] = {
         "id": message.id,
@@ -108,14 +112,21 @@ def message_view(message: Message | MessageRecord, *, conversation_status: str) 
         "sent_as": message.sent_as.value if message.sent_as else None,
         "template": None,
         "text": message.text,
-        "conversation": {"id": message.conversation_id, "status": conversation_status},
+        "conversation": {
+            "id": message.conversation_id,
+            "status": conversation_status,
+            "handled_by": handled_by,
+        },
         "cost": {
             "amount": format_amount(0 if failed else message.cost_micros),
             "currency": message.cost_currency,
-            "category": message.cost_category or message.template_category,
+            "category": message_cost_category(message),
         },
         "batch_id": message.batch_id,
         "upstream_message_id": message.upstream_message_id,
+        # Meta's answer when it did not simply accept the send (held for a quality check under
+        # template pacing, API.md section 14), until its first status webhook.
+        "upstream_status": message.upstream_status,
         "status_history": message.status_history,
         "created_at": isoformat(message.created_at),
         "updated_at": isoformat(message.updated_at),
@@ -154,10 +165,11 @@ class MessageListOut(BaseModel):
                             "parameters": ["123456"],
                         },
                         "text": None,
-                        "conversation": {"id": 42, "status": "resolved"},
+                        "conversation": {"id": 42, "status": "resolved", "handled_by": "app"},
                         "cost": {"amount": "0", "currency": "AZN", "category": "AUTHENTICATION"},
                         "batch_id": None,
                         "upstream_message_id": "wamid.HBgMOTk0NTAxMjM0NTY3FQIAERgSQ0",
+                        "upstream_status": None,
                         "status_history": [
                             {"status": "sent", "at": "2026-11-25T09:30:00.120Z"},
                             {"status": "failed", "at": "2026-11-25T09:30:01.000Z"},

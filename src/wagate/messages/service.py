@@ -20,8 +20,10 @@ from wagate.db import Mergeable, isoformat, utcnow
 from wagate.deps import Gateway
 from wagate.errors import (
     InvalidRequest,
+    InvalidUrl,
     MarketingPreferenceStopped,
     MessageNotFound,
+    PhoneNumberRequired,
     TemplateParametersMismatch,
     WindowClosed,
 )
@@ -33,28 +35,52 @@ from wagate.logs import current_request_id, note_request
 from wagate.lookups import Lookups
 from wagate.messages import repository
 from wagate.messages.models import BoundTemplate, MessageStatus, PreparedSend, SentAs, SentMessage
-from wagate.messages.pricing import price_micros
 from wagate.messages.repository import SentFilter
 from wagate.messages.schemas import SendMessageRequest, StatusCallback, TemplateRef, format_amount
 from wagate.outbox.models import ClaimedSend, FastClaim, Priority
 from wagate.phones import normalize_phone_number, whatsapp_digits
+from wagate.prices import SESSION, PriceEntry
 from wagate.security import SecretBox
 from wagate.templates.render import render_message_template
 from wagate.templates.service import require_approved
-from wagate.templates.variables import bind_parameters, send_components
+from wagate.templates.variables import (
+    MEDIA_HEADER,
+    MediaHeader,
+    bind_parameters,
+    header_format,
+    send_components,
+)
 from wagate.whatsapp.payloads import template_message, text_message
 
 
 async def bind_template(lookups: Lookups, *, channel_id: int, ref: TemplateRef, field: str) -> BoundTemplate:
     found = await lookups.template(channel_id, ref.name, ref.language)
     template = require_approved(found, name=ref.name, language=ref.language)
-    values = bind_parameters(template.variables, ref.parameters)
+    values = bind_parameters(template.variables, ref.parameters, header_format(template.components))
     if isinstance(values, str):
         raise TemplateParametersMismatch(
             f"Template '{ref.name}' takes {len(template.variables)} parameters: {values}.",
             details=[{"field": f"{field}.parameters", "issue": values}],
         )
+    media = values.get(MEDIA_HEADER)
+    if isinstance(media, MediaHeader):
+        await check_media_link(media.link, lookups=lookups, field=f"{field}.parameters.header")
     return BoundTemplate(template, values, ref.parameters)
+
+
+async def check_media_link(link: str, *, lookups: Lookups, field: str) -> None:
+    """422 `template_parameters_mismatch` naming the header unless a media header's link is an https
+    URL to a public address: the guard of event URLs, always applied (WAGATE_ALLOW_PRIVATE_URLS does
+    not lift it), since Meta fetches the file from the internet and a private address only shows what
+    the deployment's own network holds (API.md section 14)."""
+    try:
+        await check_url(link, allow_private=False, field=field, public_hosts=lookups.public_hosts)
+    except InvalidUrl as exc:
+        issue = exc.details[0]["issue"] if exc.details else "not a public https URL"
+        raise TemplateParametersMismatch(
+            f"The header's link must be an https URL to a public address: {issue}.",
+            details=[{"field": field, "issue": issue}],
+        ) from None
 
 
 def _encrypt_callback(callback: dict[str, Any] | None, box: SecretBox) -> dict[str, Any] | None:
@@ -91,7 +117,10 @@ async def prepare_send(
     if request.template is not None:
         bound = await bind_template(lookups, channel_id=channel.id, ref=request.template, field="template")
     category = _category(bound or fallback)
-    needs_window = request.template is None or category == "UTILITY"
+    # The entry of the price list in force now: the price of the day the message is accepted.
+    price = settings.price_list.now()
+    # A utility template is free inside the window only while the price list says so.
+    needs_window = request.template is None or (category == "UTILITY" and price.utility_free_in_window)
     recipient = Recipient(phone_number)
     window_open = False
     if request.user_id is not None or needs_window or category == "MARKETING":
@@ -110,6 +139,12 @@ async def prepare_send(
                 bound = fallback
             if _category(bound) == "MARKETING":
                 await refuse_stopped_marketing(session, principal.account_id, channel.id, recipient)
+    if _category(bound) == AUTHENTICATION and recipient.phone_number is None:
+        # Meta refuses an authentication template addressed by user id (error 131062): refused here,
+        # before anything is stored, rather than failed after it was accepted.
+        raise PhoneNumberRequired(
+            details=[{"field": "user_id", "issue": "the customer's phone number is not known"}]
+        )
 
     callback = await checked_callback(
         request.status_callback, lookups=lookups, settings=settings, box=secret_box
@@ -126,12 +161,15 @@ async def prepare_send(
         status_callback=callback,
         settings=settings,
         subscriptions=await lookups.subscriptions(),
-        # Meta does not charge a utility template while the customer's window is open.
-        free=bound is not None and _category(bound) == "UTILITY" and window_open,
+        window_open=window_open,
+        price=price,
         # Signed in to the dashboard rather than calling with a key: an agent's reply.
         agent_user_id=principal.user_id if principal.api_key_id is None else None,
         validity_seconds=request.validity_seconds,
     )
+
+
+AUTHENTICATION = "AUTHENTICATION"
 
 
 def _category(bound: BoundTemplate | None) -> str | None:
@@ -184,12 +222,15 @@ def build_send(
     batch_id: str | None = None,
     user_id: str | None = None,
     contact_id: int | None = None,
-    free: bool = False,
+    window_open: bool = False,
+    price: PriceEntry | None = None,
     agent_user_id: int | None = None,
     validity_seconds: int | None = None,
 ) -> PreparedSend:
     """A checked send with its Cloud API body and price (a single message, or one of a batch). A send
-    to a user id names it as Meta's `recipient`, even when its number is known."""
+    to a user id names it as Meta's `recipient`, even when its number is known. `price`: the entry of
+    the price list in force (the one of now when not given); `window_open`: the customer's window,
+    inside which the entry may make a utility template free."""
     message_id = new_id("msg")
     to = user_id or whatsapp_digits(phone_number or "")
     if bound is None:
@@ -197,11 +238,14 @@ def build_send(
         upstream_body = text_message(to, text, message_id)
     else:
         template = bound.template
+        if phone_number is not None and template.category.upper() == AUTHENTICATION:
+            to = whatsapp_digits(phone_number)  # Meta takes authentication templates by number only
         components = send_components(
             variables=template.variables,
             values=bound.values,
             category=template.category,
             parameter_format=template.parameter_format,
+            media_format=header_format(template.components) if MEDIA_HEADER in bound.values else None,
         )
         upstream_body = template_message(to, template.name, template.language, components, message_id)
     return PreparedSend(
@@ -216,7 +260,9 @@ def build_send(
         upstream_body=upstream_body,
         conversation_status=ConversationStatus(conversation_status) if conversation_status else None,
         status_callback=status_callback,
-        cost_micros=0 if free else price_micros(settings.prices, bound.template.category if bound else None),
+        cost_micros=(price or settings.price_list.now()).send_micros(
+            bound.template.category if bound else None, window_open=window_open
+        ),
         currency=settings.currency,
         priority=priority,
         batch_id=batch_id,
@@ -565,7 +611,7 @@ async def preview_send(
         "cost": {
             "amount": format_amount(prepared.cost_micros),
             "currency": prepared.currency,
-            "category": category,
+            "category": category or SESSION,
         },
         "window": {
             "channel_id": prepared.channel_id,

@@ -25,6 +25,9 @@ class StatusChange:
     # filled in when the events are written.
     view: dict[str, Any]
     status_callback: dict[str, Any] | None
+    # Sent through the API (or bulk, or an agent): its changes are events. The replies of Meta's AI
+    # agent (`sent_by`) move only on the dashboard.
+    announced: bool = True
 
 
 def can_move(current: MessageStatus, new: MessageStatus) -> bool:
@@ -64,4 +67,5 @@ def apply_status(
         conversation_id=message.conversation_id,
         view=message_view(message, conversation_status=""),
         status_callback=message.status_callback,
+        announced=message.sent_by is None,
     )

@@ -13,7 +13,12 @@ from sqlalchemy.orm import Session
 
 from wagate.channels.models import Channel
 from wagate.conversations.customers import Customers, learn_customers, phone_of_wa_id
-from wagate.conversations.models import USER_ID_LENGTH, ConversationStatus
+from wagate.conversations.models import (
+    HANDLED_BY_AGENT,
+    HANDLED_BY_APP,
+    USER_ID_LENGTH,
+    ConversationStatus,
+)
 from wagate.conversations.repository import get_or_create_conversation, set_marketing_preferences
 from wagate.db import dialect_name, isoformat, rows_from_json, table_of, utcnow
 from wagate.events.publish import ConversationChange, publish_conversation_changes
@@ -30,8 +35,10 @@ from wagate.messages.models import (
     ParkedStatus,
 )
 from wagate.messages.pricing import Prices, settle_cost
+from wagate.messages.standby import apply_handovers, apply_system_messages, store_echoes
 from wagate.messages.status import StatusChange, apply_status
 from wagate.outbox.dead_letters import bury
+from wagate.templates.lifecycle import apply_template_changes
 from wagate.whatsapp.payloads import (
     ChangeValue,
     CustomerRef,
@@ -43,6 +50,7 @@ from wagate.whatsapp.payloads import (
     StatusUpdate,
     parse_webhook,
 )
+from wagate.whatsapp.template_events import TemplateChange
 
 log = logging.getLogger(__name__)
 
@@ -98,8 +106,9 @@ class StatusesApplied:
 
 _messages = table_of(Message)
 # What applying a status may change on a message (`apply_status`, `settle_cost`, `_learn_recipient`,
-# a wamid learned from a status): `_write_statuses` writes these, and refuses a message on which
-# anything else changed (it would be lost when the message leaves the session).
+# a wamid learned from a status, a held send's `upstream_status` cleared): `_write_statuses` writes
+# these, and refuses a message on which anything else changed (it would be lost when the message
+# leaves the session).
 _STATUS_COLUMNS = (
     "status",
     "status_history",
@@ -110,6 +119,7 @@ _STATUS_COLUMNS = (
     "user_id",
     "phone_number",
     "upstream_message_id",
+    "upstream_status",
 )
 _STATUS_COLUMN_SET = frozenset(_STATUS_COLUMNS)
 # The statements every batch of Meta's webhooks runs, built once with their values bound at execution.
@@ -171,6 +181,9 @@ def apply_status_payloads(
             message.upstream_message_id = update.id
             by_wamid[update.id] = message
             settled.append(message.id)
+        if message.upstream_status is not None:
+            # Meta held the send (template pacing, API.md section 14): its first status moves it on.
+            message.upstream_status = None
         _learn_recipient(message, update)
         settle_cost(message, update, prices)
         change = apply_status(message, status, at=update.timestamp, external_error=_external_error(update))
@@ -277,7 +290,12 @@ def store_inbound(
 ) -> int:
     """A customer's messages: into the conversation, opening the 24-hour window and the conversation.
     A customer known by user id alone (a username) is the number's customer when the number was
-    learned for it (`customers`, from `learn_customers`). Returns how many events it wrote about them."""
+    learned for it (`customers`, from `learn_customers`). Returns how many events it wrote about them.
+
+    A message on `standby` (API.md section 14) is one Meta's AI agent answers: it renews the window
+    like any, but the conversation is the agent's, stays as it is (a new one starts resolved) and
+    plays no sound. One on `messages` is the app's again: Meta routes a conversation's messages to
+    whoever holds it, and a release by the agent sends no handover."""
     known = set(
         session.scalars(
             select(Message.upstream_message_id).where(
@@ -286,6 +304,7 @@ def store_inbound(
         )
     )
     stored: list[tuple[Message, str]] = []
+    handled_by: dict[int, str] = {}
     conversation_changes: list[ConversationChange] = []
     live: list[LiveChange] = []
     for item in inbound:
@@ -301,10 +320,11 @@ def store_inbound(
             account_id=channel.account_id,
             channel_id=channel.id,
             contact_id=contact_id,
-            initial_status=ConversationStatus.open,
+            initial_status=ConversationStatus.resolved if item.standby else ConversationStatus.open,
         )
         previous = None if created else conversation.status.value
-        if conversation.status is ConversationStatus.resolved:
+        conversation.handled_by = HANDLED_BY_AGENT if item.standby else HANDLED_BY_APP
+        if conversation.status is ConversationStatus.resolved and not item.standby:
             conversation.status = ConversationStatus.open
         conversation_changes.append(
             ConversationChange(
@@ -339,20 +359,22 @@ def store_inbound(
         )
         session.add(message)
         stored.append((message, conversation.status.value))
+        handled_by[conversation.id] = conversation.handled_by
         live.append(
             LiveChange(
                 channel.account_id,
                 channel.id,
                 conversation.id,
                 LiveKind.message,
-                inbound=True,
+                # What the dashboard plays its sound for: not a message Meta's agent answers.
+                inbound=not item.standby,
                 conversation_status=conversation.status.value,
                 message_id=message.id,
             )
         )
     session.flush()
     record_live(session, live)
-    return publish_messages_created(session, stored) + publish_conversation_changes(
+    return publish_messages_created(session, stored, handled_by=handled_by) + publish_conversation_changes(
         session, conversation_changes
     )
 
@@ -362,7 +384,8 @@ def _customers_named(change: ChangeValue) -> tuple[list[CustomerRef], list[Custo
     the account from now on), and the recipients of statuses with a user id (a number alone teaches
     nothing new), which teach only about customers the account has."""
     writers = [m.customer for m in change.messages] + [p.customer for p in change.preferences]
-    recipients: list[CustomerRef] = []
+    writers += [echo.customer for echo in change.echoes]  # a customer Meta's agent answers
+    recipients: list[CustomerRef] = [handover.customer for handover in change.handovers]
     if change.statuses:
         recipients += [c for c in change.contacts if c.user_id]
         recipients += [
@@ -393,6 +416,8 @@ class WebhooksApplied:
     events: int  # how many events it wrote (the event lane has work only when some were)
     settled: list[str]  # messages whose unconfirmed sends a status settled (see StatusesApplied)
     statuses: int = 0  # message statuses that changed a message (a repeat or a late one changes none)
+    # Templates a lifecycle webhook changed: once committed, this process's template cache is stale.
+    templates: int = 0
 
 
 def process_webhook_bodies(
@@ -409,10 +434,12 @@ def process_webhook_bodies(
     shape not understood) is kept as a dead letter and the rest is applied (API.md section 13)."""
     changes: list[ChangeValue] = []
     odd: list[OddItem] = []
+    templates: list[TemplateChange] = []
     for body in bodies:
         parsed = parse_webhook(body)
         changes += parsed.changes
         odd += parsed.odd
+        templates += parsed.templates
     numbers = {change.phone_number_id for change in changes}
     channels = (
         {c.phone_number_id: c for c in session.scalars(_CHANNELS_OF_NUMBERS, {"numbers": sorted(numbers)})}
@@ -427,9 +454,15 @@ def process_webhook_bodies(
         if change.phone_number_id not in channels
     ]
     changes = [change for change in changes if change.phone_number_id in channels]
+    lifecycle = apply_template_changes(session, templates, subscriptions)  # about WABAs, not numbers
+    odd += lifecycle.odd
     _bury_odd_items(session, odd)
     if not changes:
-        return WebhooksApplied(0, [])
+        return WebhooksApplied(lifecycle.events, [], templates=lifecycle.changed)
+    for change in changes:
+        if change.system_messages:  # a user id change first: the batch's customers are then learned
+            notices = list(change.system_messages)
+            apply_system_messages(session, channel=channels[change.phone_number_id], notices=notices)
     named: dict[int, tuple[list[CustomerRef], list[CustomerRef]]] = {}
     for change in changes:
         writers, recipients = named.setdefault(channels[change.phone_number_id].account_id, ([], []))
@@ -455,7 +488,29 @@ def process_webhook_bodies(
         events += store_inbound(
             session, channel=channel, inbound=inbound, customers=customers[channel.account_id]
         )
-    return WebhooksApplied(events, applied.settled, len(applied.changes))
+    # The replies of Meta's AI agent after the customer's messages they answer (a thread shows Meta's
+    # whole seconds, then the order stored); their statuses, parked meanwhile, apply to them then.
+    echoed: list[str] = []
+    for change in changes:
+        if change.echoes:
+            channel = channels[change.phone_number_id]
+            customers_of = customers[channel.account_id]
+            echoed += store_echoes(
+                session, channel=channel, echoes=list(change.echoes), customers=customers_of
+            )
+    if echoed:
+        parked = apply_parked_statuses(session, echoed, prices=prices)
+        events += publish_status_changes(session, parked.changes, subscriptions)
+        applied.add(parked)
+    for change in changes:  # last: a handover says who holds the conversation after what came with it
+        if change.handovers:
+            channel = channels[change.phone_number_id]
+            handovers = list(change.handovers)
+            apply_handovers(
+                session, channel=channel, handovers=handovers, customers=customers[channel.account_id]
+            )
+    events += lifecycle.events
+    return WebhooksApplied(events, applied.settled, len(applied.changes), lifecycle.changed)
 
 
 def _record_preferences(

@@ -22,6 +22,8 @@ from starlette.types import Receive, Scope, Send
 
 from wagate.simulator.control import build_control_router
 from wagate.simulator.control_customers import build_customer_router
+from wagate.simulator.control_routing import build_routing_router
+from wagate.simulator.control_templates import build_template_router
 from wagate.simulator.graph import SendHandler, build_graph_router, build_send_handler
 from wagate.simulator.state import SimulatorConfig, SimulatorState
 from wagate.simulator.webhooks import WebhookSender
@@ -69,6 +71,8 @@ def create_simulator_app(config: SimulatorConfig | None = None) -> SimulatorApp:
     # Control routes first: "/_sim/..." must never be taken for a Graph API version segment.
     app.include_router(build_control_router(state, sender))
     app.include_router(build_customer_router(state, sender))
+    app.include_router(build_routing_router(state, sender))
+    app.include_router(build_template_router(state, sender))
     app.include_router(build_graph_router(state, sender, send_handler))
     app.send_handler = send_handler
     # For code running in the simulator's own loop (e.g. the sandbox); other threads use /_sim/.

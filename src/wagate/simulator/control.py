@@ -19,6 +19,12 @@
   ``webhook_timeout``, ``webhook_batch_window_seconds`` (statuses of one WABA due that close
   together share one POST; 0 = one status per POST). ``fail_next.to`` and
   ``answer_wamid_next.to`` may be a number or a user id (a send by ``recipient``).
+  ``pricing_date`` (YYYY-MM-DD, null = today by the real clock: the day whose pricing rules the
+  statuses follow, see :meth:`~wagate.simulator.state.SimulatorState.billable`),
+  ``hold_template_sends`` (true, false or a share 0..1 of marketing and utility template sends answered
+  ``held_for_quality_assessment``), ``held_release_seconds`` (when their statuses go; null = only by
+  ``POST /_sim/held/release``).
+- ``POST /_sim/held/release {phone_number_id?, to?, wamid?}``: the statuses of held sends go now.
 - ``POST /_sim/webhook_burst {phone_number_id?, copies, per_post, concurrency}``: every status
   webhook sent so far posted again, ``copies`` times, ``concurrency`` POSTs at once.
 - ``GET /_sim/messages?phone_number_id=&to=&wamid=&user_id=``: accepted sends, oldest first.
@@ -35,6 +41,7 @@ silently ignored setting.
 from __future__ import annotations
 
 from dataclasses import asdict
+from datetime import date
 from typing import Any
 
 from fastapi import APIRouter, HTTPException
@@ -110,6 +117,19 @@ class ConfigPatch(_Body):
     webhook_retry_cap: float | None = Field(default=None, gt=0)
     webhook_timeout: float | None = Field(default=None, gt=0)
     webhook_batch_window_seconds: float | None = Field(default=None, ge=0, le=5)
+    # Pricing by date: the day whose rules the statuses' `pricing` follows; null = the real clock's.
+    pricing_date: date | None = None
+    # Template pacing: true (all), false, or the share (0..1) of marketing and utility template sends
+    # answered `held_for_quality_assessment`; their statuses wait `held_release_seconds` (null: until
+    # `POST /_sim/held/release`).
+    hold_template_sends: bool | float | None = Field(default=None, ge=0, le=1)
+    held_release_seconds: float | None = Field(default=None, ge=0, le=3600)
+
+
+class ReleaseBody(_Body):
+    phone_number_id: str | None = None
+    to: str | None = None  # a number (any format) or a user id
+    wamid: str | None = None
 
 
 class ChannelBody(_Body):
@@ -123,7 +143,7 @@ class TemplatesBody(_Body):
 
 
 # Settings whose value None is meaningful, so "sent as null" must differ from "not sent".
-_NULLABLE = ("webhook_url", "rate_limit_per_second", "access_tokens")
+_NULLABLE = ("webhook_url", "rate_limit_per_second", "access_tokens", "held_release_seconds")
 
 
 def build_control_router(state: SimulatorState, sender: WebhookSender) -> APIRouter:
@@ -160,10 +180,13 @@ def build_control_router(state: SimulatorState, sender: WebhookSender) -> APIRou
             "webhook_retry_cap",
             "webhook_timeout",
             "webhook_batch_window_seconds",
+            "hold_template_sends",
         ):
             value = getattr(patch, name)
             if value is not None:
                 setattr(config, name, value)
+        if "pricing_date" in given:
+            config.pricing_date = patch.pricing_date.isoformat() if patch.pricing_date else None
         if patch.status_delays is not None:
             delays = config.status_delays
             config.status_delays = StatusDelays(
@@ -186,6 +209,12 @@ def build_control_router(state: SimulatorState, sender: WebhookSender) -> APIRou
         if patch.answer_wamid_next is not None:
             state.wamid_next[_recipient_key(patch.answer_wamid_next.to)] = patch.answer_wamid_next.wamid
         return config.public()
+
+    @router.post("/held/release")
+    async def release_held(body: ReleaseBody) -> dict[str, Any]:
+        """The statuses of held template sends (all, or those of a number, recipient or wamid) go now."""
+        to = _recipient_key(body.to) if body.to else None
+        return {"released": state.release_held(phone_number_id=body.phone_number_id, to=to, wamid=body.wamid)}
 
     @router.post("/webhook_burst")
     async def webhook_burst(body: BurstBody) -> dict[str, Any]:

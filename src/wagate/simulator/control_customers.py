@@ -9,10 +9,11 @@
 - ``POST /_sim/inbound`` ``{phone_number_id, from? | user_id?, username?, text, name?,
   timestamp?}``: a customer message as a signed webhook. ``from`` is a number, ``user_id`` a BSUID
   (one never seen is a customer known only by it); ``username`` gives the customer that username
-  first. A customer with a username writes without ``from`` and ``wa_id``.
+  first. A customer with a username writes without ``from`` and ``wa_id``. While Meta's AI agent
+  holds the conversation (control_routing.py) it comes on the ``standby`` field.
 - ``POST /_sim/statuses`` ``{phone_number_id, wamid, status, recipient_id?, recipient_user_id?,
-  biz_opaque_callback_data?, errors?, pricing_category?, timestamp?}``: any status webhook; what is
-  missing comes from the log of sends.
+  biz_opaque_callback_data?, errors?, pricing_category?, billable?, timestamp?}``: any status
+  webhook; what is missing comes from the log of sends (`billable` from the pricing rules of the day).
 
 Both webhook pushes try once at once and report ``delivered``; a failed attempt keeps retrying in
 the background.
@@ -66,6 +67,9 @@ class StatusBody(_Body):
     biz_opaque_callback_data: str | None = None
     errors: list[dict[str, Any]] | None = None
     pricing_category: str | None = None
+    # Whether Meta charges it; None: by the pricing rules of the status's day (`SimulatorState.billable`,
+    # the customer's window taken as open, as it is for a service message).
+    billable: bool | None = None
     timestamp: int | None = None
 
 
@@ -137,8 +141,10 @@ def build_customer_router(state: SimulatorState, sender: WebhookSender) -> APIRo
         timestamp = body.timestamp if body.timestamp is not None else int(time.time())
         key = (channel.phone_number_id, customer.user_id)
         state.last_inbound[key] = max(timestamp, state.last_inbound.get(key, 0))
+        # A conversation Meta's AI agent holds comes on `standby` (`POST /_sim/handover`).
+        field = "standby" if key in state.agent_holds else "messages"
         payload = inbound_payload(
-            channel, customer, wamid=wamid, text=body.text, name=body.name, timestamp=timestamp
+            channel, customer, wamid=wamid, text=body.text, name=body.name, timestamp=timestamp, field=field
         )
         delivered = await sender.deliver_now(payload)
         return {"wamid": wamid, "delivered": delivered, "user_id": customer.user_id}
@@ -163,6 +169,10 @@ def build_customer_router(state: SimulatorState, sender: WebhookSender) -> APIRo
         category = body.pricing_category
         if category is None and known is not None:
             category = (known.template_category or "service").lower()
+        billable = body.billable
+        if billable is None and category is not None:
+            at = float(body.timestamp) if body.timestamp is not None else time.time()
+            billable = state.billable(category, True, at)
         payload = status_payload(
             channel,
             recipient,
@@ -170,6 +180,7 @@ def build_customer_router(state: SimulatorState, sender: WebhookSender) -> APIRo
             status=body.status,
             biz_opaque_callback_data=callback,
             pricing_category=category,
+            billable=billable,
             errors=errors,
             timestamp=body.timestamp,
         )

@@ -93,10 +93,24 @@ class CustomerBook:
 
     def clear(self) -> None:
         """Forget usernames and the customers known only by a user id. The numbers seen keep their
-        (derived) user ids, so a user id learned before a reset still leads to its number."""
+        (derived) user ids, so a user id learned before a reset still leads to its number; one a
+        number moved to (`change_user_id`) goes back to the derived one."""
         for customer in self._by_number.values():
             customer.username = None
+            customer.user_id = user_id_for(customer.waba_id, customer.wa_id or "")
         self._by_user_id = {(c.waba_id, c.user_id): c for c in self._by_number.values()}
+
+    def change_user_id(self, customer: Customer, new_user_id: str) -> str:
+        """Meta gives the customer a new user id (`user_changed_user_id`); returns the old one, which
+        names nobody from now on. A new id another customer has is a CustomerConflict."""
+        holder = self._by_user_id.get((customer.waba_id, new_user_id))
+        if holder is not None and holder is not customer:
+            raise CustomerConflict(f"{new_user_id} is another customer's user id")
+        previous = customer.user_id
+        self._by_user_id.pop((customer.waba_id, previous), None)
+        customer.user_id = new_user_id
+        self._by_user_id[(customer.waba_id, new_user_id)] = customer
+        return previous
 
     def for_number(self, waba_id: str, wa_id: str) -> Customer:
         customer = self._by_number.get((waba_id, wa_id))

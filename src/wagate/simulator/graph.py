@@ -22,7 +22,14 @@ from fastapi import APIRouter, Request, Response
 from wagate.simulator.customers import Customer, digits_of
 from wagate.simulator.magic import FAILURE_ERRORS, Fault, fault_for
 from wagate.simulator.payloads import Recipient
-from wagate.simulator.state import ConnectionFault, SentRecord, SimulatorState, new_wamid, now_pair
+from wagate.simulator.state import (
+    ConnectionFault,
+    HeldSend,
+    SentRecord,
+    SimulatorState,
+    new_wamid,
+    now_pair,
+)
 from wagate.simulator.validation import (
     GraphError,
     check_bearer,
@@ -153,8 +160,11 @@ def build_send_handler(state: SimulatorState, sender: WebhookSender) -> SendHand
                 answer_fault=_answer_fault(connection_fault, fault, injected),
             )
         )
+        # Template pacing: Meta holds the send for a quality check, and its statuses wait.
+        held = template is not None and state.take_hold(template.get("category"))
         if state.config.auto_statuses:
             category = str(template.get("category", "utility")).lower() if template else "service"
+            window_open = category == "utility" and state.window_open(phone_number_id, customer.user_id, wall)
             sender.schedule_statuses(
                 channel,
                 status_steps(state, fault),
@@ -162,8 +172,8 @@ def build_send_handler(state: SimulatorState, sender: WebhookSender) -> SendHand
                 recipient=recipient,
                 biz_opaque_callback_data=valid.biz_opaque_callback_data,
                 pricing_category=category,
-                free_in_window=category == "utility"
-                and state.window_open(phone_number_id, customer.user_id, wall),
+                billable=state.billable(category, window_open, wall),
+                release=_hold(state, phone_number_id, keys, wamid) if held else None,
             )
         if connection_fault in (ConnectionFault.RESET_AFTER, ConnectionFault.CLOSE_AFTER):
             # Meta has the message (its statuses will come); the answer never does.
@@ -177,7 +187,9 @@ def build_send_handler(state: SimulatorState, sender: WebhookSender) -> SendHand
             {
                 "messaging_product": "whatsapp",
                 "contacts": [_answer_contact(valid.to, valid.wa_id, customer, valid.recipient)],
-                "messages": [{"id": wamid, "message_status": "accepted"}],
+                "messages": [
+                    {"id": wamid, "message_status": "held_for_quality_assessment" if held else "accepted"}
+                ],
             }
         )
 
@@ -234,6 +246,18 @@ def build_graph_router(state: SimulatorState, sender: WebhookSender, send: SendH
         return json_response(result)
 
     return router
+
+
+def _hold(
+    state: SimulatorState, phone_number_id: str, keys: tuple[str, ...], wamid: str
+) -> asyncio.Future[None]:
+    """Keep a held send until `POST /_sim/held/release` or `held_release_seconds` lets it go."""
+    loop = asyncio.get_running_loop()
+    held = HeldSend(wamid, phone_number_id, keys, loop.create_future())
+    state.held.append(held)
+    if state.config.held_release_seconds is not None:
+        loop.call_later(state.config.held_release_seconds, state.let_go, held)
+    return held.release
 
 
 def _recipient_keys(body: Any) -> tuple[str, ...]:

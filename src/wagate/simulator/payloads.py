@@ -72,8 +72,9 @@ def _value(channel: ChannelInfo, body: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def envelope(channel: ChannelInfo, value: dict[str, Any]) -> dict[str, Any]:
-    change = {"value": _value(channel, value), "field": "messages"}
+def envelope(channel: ChannelInfo, value: dict[str, Any], field: str = "messages") -> dict[str, Any]:
+    """One change of one channel; `field` is `standby` for a conversation Meta's AI agent holds."""
+    change = {"value": _value(channel, value), "field": field}
     return {"object": "whatsapp_business_account", "entry": [{"id": channel.waba_id, "changes": [change]}]}
 
 
@@ -104,8 +105,11 @@ def status_update(
     pricing_category: str | None = None,
     errors: list[dict[str, Any]] | None = None,
     timestamp: int | None = None,
-    free_in_window: bool = False,
+    billable: bool | None = None,
 ) -> StatusUpdate:
+    """One status item with its contact. `billable`: whether Meta charges the message (the sender
+    decides it by the pricing rules of the send's day, `SimulatorState.billable`); None: a template
+    is charged and a session message (`service`) is not."""
     ts = int(time.time()) if timestamp is None else timestamp
     item: dict[str, Any] = {"id": wamid, "status": status, "timestamp": str(ts)}
     wa_id = recipient.wa_id
@@ -118,9 +122,10 @@ def status_update(
     if errors:
         item["errors"] = errors
     elif status in ("sent", "delivered") and pricing_category is not None:
-        # Per-message pricing (PMP): service replies inside the window are free, and so are utility
-        # templates sent while the customer's window is open.
-        billable = pricing_category != "service" and not free_in_window
+        # Per-message pricing (PMP): `regular` when charged; `free_customer_service` for what Meta
+        # did not charge inside the customer's window (until 2026-09-30).
+        if billable is None:
+            billable = pricing_category != "service"
         conversation_key = wa_id or recipient.customer.user_id
         item["conversation"] = {
             "id": _conversation_id(conversation_key, pricing_category),
@@ -165,6 +170,7 @@ def status_payload(
     status: str,
     biz_opaque_callback_data: str | None = None,
     pricing_category: str | None = None,
+    billable: bool | None = None,
     errors: list[dict[str, Any]] | None = None,
     timestamp: int | None = None,
 ) -> dict[str, Any]:
@@ -176,6 +182,7 @@ def status_payload(
         status=status,
         biz_opaque_callback_data=biz_opaque_callback_data,
         pricing_category=pricing_category,
+        billable=billable,
         errors=errors,
         timestamp=timestamp,
     )
@@ -183,7 +190,14 @@ def status_payload(
 
 
 def inbound_payload(
-    channel: ChannelInfo, customer: Customer, *, wamid: str, text: str, name: str | None, timestamp: int
+    channel: ChannelInfo,
+    customer: Customer,
+    *,
+    wamid: str,
+    text: str,
+    name: str | None,
+    timestamp: int,
+    field: str = "messages",
 ) -> dict[str, Any]:
     profile: dict[str, str] = {}
     if name:
@@ -204,7 +218,7 @@ def inbound_payload(
         "text": {"body": text},
         "type": "text",
     }
-    return envelope(channel, {"contacts": [contact], "messages": [message]})
+    return envelope(channel, {"contacts": [contact], "messages": [message]}, field)
 
 
 def _conversation_id(recipient: str, category: str) -> str:

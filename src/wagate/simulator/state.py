@@ -7,13 +7,15 @@ endpoints.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import copy
+import math
 import time
 import uuid
 from collections import deque
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +28,11 @@ if TYPE_CHECKING:
     from wagate.simulator.payloads import StatusUpdate
 
 RATE_WINDOW_SECONDS = 1.0
+# Meta's announcement of 2026-07-01: from this UTC day a session (free-form) message is charged at the
+# utility rate, and a utility template inside the customer's window is charged too (docs/simulator.md).
+SESSIONS_CHARGED_FROM = date(2026, 10, 1)
+# Template pacing holds marketing and utility templates only (Meta, "Template pacing").
+PACED_CATEGORIES = ("MARKETING", "UTILITY")
 # How many of the statuses handed out `/_sim/webhook_burst` can post again.
 STATUSES_KEPT = 100_000
 
@@ -71,6 +78,13 @@ class SimulatorConfig:
     webhook_timeout: float = 10.0
     # Statuses of one WABA due within this many seconds of the first go out in one POST; 0 = one each.
     webhook_batch_window_seconds: float = 0.03
+    # The UTC day (YYYY-MM-DD) whose pricing rules the statuses follow; None: today by the real clock.
+    pricing_date: str | None = None
+    # Template pacing: marketing and utility template sends answered `held_for_quality_assessment`
+    # (true: all; a fraction 0..1: that share, every n-th, so a run repeats), their statuses sent only
+    # once released: after `held_release_seconds`, or by `POST /_sim/held/release` when that is None.
+    hold_template_sends: bool | float = False
+    held_release_seconds: float | None = 5.0
     channels: list[ChannelInfo] = field(default_factory=list)
 
     def public(self) -> dict[str, Any]:
@@ -175,6 +189,16 @@ class WebhookCounters:
     gave_up: int = 0
 
 
+@dataclass
+class HeldSend:
+    """A template send Meta holds for a quality check: its statuses wait for `release`."""
+
+    wamid: str
+    phone_number_id: str
+    keys: tuple[str, ...]  # the digits of "to" and/or the "recipient" user id
+    release: asyncio.Future[None]
+
+
 class SimulatorState:
     def __init__(self, config: SimulatorConfig) -> None:
         self._initial = copy.deepcopy(config)
@@ -200,6 +224,13 @@ class SimulatorState:
         # (phone number id, customer user id) -> Unix time of the customer's last message: their
         # 24-hour window, in which Meta does not charge utility templates.
         self.last_inbound: dict[tuple[str, str], float] = {}
+        # (phone number id, customer user id) of the conversations Meta's AI agent holds: their
+        # traffic goes on the `standby` field (control_routing.py).
+        self.agent_holds: set[tuple[str, str]] = set()
+        # Held template sends whose statuses wait, oldest first, and how many paced sends were seen
+        # (which of them a fraction holds).
+        self.held: list[HeldSend] = []
+        self.paced_seen = 0
 
     def reset(self) -> None:
         """Back to the startup behaviour; the webhook URL and registered channels are wiring and stay."""
@@ -218,10 +249,60 @@ class SimulatorState:
         self.refusals.clear()
         self.customers.clear()  # usernames go; the numbers keep their derived user ids
         self.last_inbound.clear()
+        self.agent_holds.clear()
+        self.held.clear()  # their status walks are cancelled with the other pending webhooks
+        self.paced_seen = 0
 
     def window_open(self, phone_number_id: str, user_id: str, now: float) -> bool:
         last = self.last_inbound.get((phone_number_id, user_id))
         return last is not None and now - last < 24 * 3600
+
+    def pricing_day(self, now: float) -> date:
+        """The day whose pricing rules apply: `pricing_date` when set, else the UTC day of `now`."""
+        if self.config.pricing_date is not None:
+            return date.fromisoformat(self.config.pricing_date)
+        return datetime.fromtimestamp(now, UTC).date()
+
+    def billable(self, category: str, window_open: bool, now: float) -> bool:
+        """Whether Meta charges a message of this pricing category (``service`` for free-form text)
+        sent at `now`: from 2026-10-01 everything is; before, a service message and a utility template
+        inside the customer's window were free (per-message pricing since July 2025)."""
+        if self.pricing_day(now) >= SESSIONS_CHARGED_FROM:
+            return True
+        return category != "service" and not (category == "utility" and window_open)
+
+    def take_hold(self, category: str | None) -> bool:
+        """Whether this template send is held for a quality check (`hold_template_sends`)."""
+        share = self.config.hold_template_sends
+        if category is None or category.upper() not in PACED_CATEGORIES or share is False or share <= 0:
+            return False
+        seen, self.paced_seen = self.paced_seen, self.paced_seen + 1
+        if share is True or share >= 1:
+            return True
+        # Every n-th of them, evenly: the count of held sends steps up by one at each hold.
+        return math.floor((seen + 1) * share) > math.floor(seen * share)
+
+    def release_held(
+        self, *, phone_number_id: str | None = None, to: str | None = None, wamid: str | None = None
+    ) -> int:
+        """Let the statuses of the held sends that match go; returns how many."""
+        released = [
+            held
+            for held in self.held
+            if (phone_number_id is None or held.phone_number_id == phone_number_id)
+            and (to is None or to in held.keys)
+            and (wamid is None or held.wamid == wamid)
+        ]
+        for held in released:
+            self.let_go(held)
+        return len(released)
+
+    def let_go(self, held: HeldSend) -> None:
+        """Release one held send (by hand, or when `held_release_seconds` have passed)."""
+        if not held.release.done():
+            held.release.set_result(None)
+        if held in self.held:
+            self.held.remove(held)
 
     def channel(self, phone_number_id: str) -> ChannelInfo:
         """The registered channel, or one made up on the fly (its WABA id is the phone number id)."""
@@ -275,6 +356,9 @@ class SimulatorState:
 
     def record(self, entry: SentRecord) -> None:
         self.log.append(entry)
+        if entry.type != "template":
+            # Meta: an app that sends a service message while on standby takes the conversation over.
+            self.agent_holds.discard((entry.phone_number_id, entry.user_id))
         self.by_wamid[entry.wamid] = entry
         recent = self._recent.setdefault(entry.phone_number_id, deque())
         recent.append(entry.received_monotonic)

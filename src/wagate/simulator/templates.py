@@ -2,9 +2,9 @@
 
 Components are written the way ``GET /{waba_id}/message_templates`` returns them (upper-case types,
 ``example`` blocks). The set covers each case the gateway must handle: an AUTHENTICATION template with a
-copy-code button, positional and NAMED parameters, a header variable with a dynamic URL button, one
-name in two languages, templates that are not approved, and enough fillers that a listing needs
-several pages at Meta's default page size of 25.
+copy-code button, positional and NAMED parameters, a header variable with a dynamic URL button, DOCUMENT
+and IMAGE headers, one name in two languages, templates that are not approved, and enough fillers that a
+listing needs several pages at Meta's default page size of 25.
 """
 
 from __future__ import annotations
@@ -99,6 +99,21 @@ def _welcome_named() -> dict[str, Any]:
     }
 
 
+def _media_header(name: str, category: str, media_format: str, text: str, example: str) -> dict[str, Any]:
+    """A template whose header is an IMAGE, VIDEO or DOCUMENT: each send gives the file's link."""
+    return {
+        "name": name,
+        "language": "en",
+        "status": "APPROVED",
+        "category": category,
+        "parameter_format": "POSITIONAL",
+        "components": [
+            {"type": "HEADER", "format": media_format, "example": {"header_handle": [example]}},
+            {"type": "BODY", "text": text, "example": {"body_text": [["A-1001"]]}},
+        ],
+    }
+
+
 def _plain(name: str, category: str, status: str, text: str) -> dict[str, Any]:
     return {
         "name": name,
@@ -117,6 +132,14 @@ def _build_seed() -> list[dict[str, Any]]:
         _order_update("az", "{{1}} nömrəli sifarişiniz artıq {{2}} vəziyyətindədir."),  # noqa: RUF001 - Azerbaijani dotless i
         _spring_sale(),
         _welcome_named(),
+        _media_header(
+            "invoice_ready",
+            "UTILITY",
+            "DOCUMENT",
+            "Your invoice {{1}} is attached.",
+            "4::YXBwbGljYXRpb24vcGRm",
+        ),
+        _media_header("event_ticket", "UTILITY", "IMAGE", "Your ticket for order {{1}}.", "4::aW1hZ2UvcG5n"),
         _plain("new_feature", "MARKETING", "PENDING", "Try our new feature today."),
         _plain("old_promo", "MARKETING", "REJECTED", "Last year's promotion."),
     ]

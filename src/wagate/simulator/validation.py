@@ -1,8 +1,9 @@
 """Checks a send request the way the Cloud API does, raising Meta's error codes and HTTP statuses.
 
 Only what the gateway can get wrong is checked, but that part strictly: template existence and
-approval, parameter counts per component, and the OTP button parameter of AUTHENTICATION templates
-(Meta rejects an authentication template whose button lacks the code).
+approval, parameter counts per component, a media header's object (error 132012 when it is missing or of
+another type), and the OTP button parameter of AUTHENTICATION templates (Meta rejects an
+authentication template whose button lacks the code).
 """
 
 from __future__ import annotations
@@ -205,6 +206,41 @@ def _check_template(spec: Any, templates: list[dict[str, Any]]) -> dict[str, Any
     return record
 
 
+MEDIA_FORMATS = ("IMAGE", "VIDEO", "DOCUMENT")
+
+
+def _media_format(record: dict[str, Any]) -> str | None:
+    for component in record.get("components", []):
+        if str(component.get("type", "")).upper() == "HEADER":
+            shape = str(component.get("format", "TEXT")).upper()
+            return shape if shape in MEDIA_FORMATS else None
+    return None
+
+
+def _check_media_header(media_format: str | None, header: dict[str, Any] | None) -> None:
+    """A media header's one parameter, as Meta takes it: `{"type": "document", "document": {"link",
+    "filename"?}}` (image and video alike, without a filename); error 132012 otherwise."""
+    if media_format is None:
+        return
+    kind = media_format.lower()
+    parameters = header.get("parameters") if header else None
+
+    def mismatch(details: str) -> GraphError:
+        return _invalid("Parameter format does not match format in the created template", details, 132012)
+
+    if not isinstance(parameters, list) or len(parameters) != 1 or not isinstance(parameters[0], dict):
+        raise mismatch(f"header: format mismatch, expected {kind}, received none")
+    parameter = parameters[0]
+    media = parameter.get(kind)
+    if parameter.get("type") != kind or not isinstance(media, dict):
+        raise mismatch(f"header: format mismatch, expected {kind}, received {parameter.get('type')}")
+    link, media_id = media.get("link"), media.get("id")
+    if media_id is None and not (isinstance(link, str) and link.startswith("https://")):
+        raise mismatch(f"header: {kind}.link must be an https URL or {kind}.id a media id")
+    if "filename" in media and (kind != "document" or not isinstance(media["filename"], str)):
+        raise mismatch("header: filename is taken for documents only, as a string")
+
+
 def _record_parts(record: dict[str, Any]) -> tuple[list[str], list[str], list[int]]:
     """(body variables, header variables, indexes of buttons that need a parameter)."""
     body_vars: list[str] = []
@@ -275,7 +311,11 @@ def _check_components(record: dict[str, Any], components: list[dict[str, Any]]) 
         else:
             by_type[kind] = component
     _check_parameters("body", body_vars, by_type.get("body", {}).get("parameters"), named)
-    _check_parameters("header", header_vars, by_type.get("header", {}).get("parameters"), named)
+    media_format = _media_format(record)
+    if media_format is not None:
+        _check_media_header(media_format, by_type.get("header"))
+    else:
+        _check_parameters("header", header_vars, by_type.get("header", {}).get("parameters"), named)
     for index in needing:
         button = buttons.pop(index, None)
         params = button.get("parameters") if button else None

@@ -171,8 +171,11 @@ class WebhookSender:
         recipient: Recipient,
         biz_opaque_callback_data: str | None,
         pricing_category: str | None,
-        free_in_window: bool = False,
+        billable: bool | None = None,
+        release: asyncio.Future[None] | None = None,
     ) -> None:
+        """Send the statuses of an accepted send at their delays; those of a held send (template
+        pacing) only once `release` is done, at their delays from then."""
         config = self.state.config
         ordered = steps
         if config.reorder_statuses:
@@ -184,6 +187,10 @@ class WebhookSender:
         started = time.monotonic()
 
         async def run() -> None:
+            nonlocal started
+            if release is not None:
+                await release
+                started = time.monotonic()
             for step in ordered:
                 wait = started + step.delay - time.monotonic()
                 if wait > 0:
@@ -196,7 +203,7 @@ class WebhookSender:
                     status=step.status,
                     biz_opaque_callback_data=biz_opaque_callback_data,
                     pricing_category=pricing_category,
-                    free_in_window=free_in_window,
+                    billable=billable,
                     errors=[error_item(*step.error)] if step.error else None,
                 )
                 self.state.statuses_sent.append(update)

@@ -17,7 +17,11 @@ router = APIRouter()
     response_model=TemplateList,
     summary="List templates",
     description="The message templates of the channels the key's user may send from, as Meta last reported"
-    " them, with the `variables` a send's `template.parameters` fill. Every filter is optional and exact.",
+    " them (its template webhooks within seconds, its listing at each sync), with the `variables` a send's"
+    " `template.parameters` fill. Only APPROVED templates can be sent. `quality` is Meta's rating (GREEN,"
+    " YELLOW, RED, UNKNOWN), `pending_category` a recategorisation Meta announced and has not made yet"
+    " (sends are priced by `category` until it does), `rejected_reason` why a REJECTED, PAUSED or DISABLED"
+    " template is so. Every filter is optional and exact.",
     responses={
         200: {
             "description": "The templates",
@@ -31,10 +35,27 @@ router = APIRouter()
                                 "language": "en",
                                 "category": "AUTHENTICATION",
                                 "status": "APPROVED",
+                                "quality": "GREEN",
+                                "pending_category": None,
+                                "rejected_reason": None,
                                 "parameter_format": "POSITIONAL",
                                 "variables": ["1"],
                                 "components": [{"type": "BODY", "text": "{{1}} is your code."}],
-                            }
+                            },
+                            {
+                                "channel_id": 1,
+                                "name": "order_update",
+                                "language": "en",
+                                "category": "UTILITY",
+                                "status": "PAUSED",
+                                "quality": "RED",
+                                "pending_category": "MARKETING",
+                                "rejected_reason": "Your WhatsApp message template has been paused"
+                                " for 3 hours because it had issues.",
+                                "parameter_format": "POSITIONAL",
+                                "variables": ["1", "2"],
+                                "components": [{"type": "BODY", "text": "Your order {{1}} is now {{2}}."}],
+                            },
                         ]
                     }
                 }

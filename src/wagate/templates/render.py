@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from wagate.templates.variables import PLACEHOLDER, bind_parameters
+from wagate.templates.variables import PLACEHOLDER, MediaHeader, Value, bind_parameters, header_format
 
 # Meta lists an authentication template's copy-code button as a URL button to this address.
 _OTP_URL_PREFIX = "https://www.whatsapp.com/otp/"
@@ -56,7 +56,12 @@ def _text(component: dict[str, Any], key: str = "text") -> str:
     return value if isinstance(value, str) else ""
 
 
-def _button(index: int, button: dict[str, Any], values: dict[str, str]) -> str | None:
+def _text_of(values: dict[str, Value], key: str) -> str | None:
+    value = values.get(key)
+    return value if isinstance(value, str) else None
+
+
+def _button(index: int, button: dict[str, Any], values: dict[str, Value]) -> str | None:
     if not isinstance(button, dict):
         return None
     label = _text(button)
@@ -64,12 +69,12 @@ def _button(index: int, button: dict[str, Any], values: dict[str, str]) -> str |
     url = _text(button, "url")
     if kind != "URL" or not url or url.startswith(_OTP_URL_PREFIX):
         return label or None
-    value = values.get(f"button.{index}")
+    value = _text_of(values, f"button.{index}")
     filled = _fill(url, lambda _name: value)
     return f"{label} ({filled})" if label else filled
 
 
-def render_template_text(components: list[dict[str, Any]], values: dict[str, str]) -> RenderedTemplate:
+def render_template_text(components: list[dict[str, Any]], values: dict[str, Value]) -> RenderedTemplate:
     """The header, body, footer and button labels of a template with ``values`` put in."""
     header: str | None = None
     body = ""
@@ -80,13 +85,13 @@ def render_template_text(components: list[dict[str, Any]], values: dict[str, str
             continue
         kind = str(component.get("type", "")).upper()
         if kind == "HEADER":
-            header_format = str(component.get("format", "TEXT")).upper()
-            if header_format == "TEXT":
-                header = _fill(_text(component), lambda name: values.get(f"header.{name}"))
+            shape = str(component.get("format", "TEXT")).upper()
+            if shape == "TEXT":
+                header = _fill(_text(component), lambda name: _text_of(values, f"header.{name}"))
             else:
-                header = f"[{header_format.lower()}]"
+                header = _media_header(shape, values.get("header"))
         elif kind == "BODY":
-            body = _fill(_text(component), values.get)
+            body = _fill(_text(component), lambda name: _text_of(values, name))
         elif kind == "FOOTER":
             footer = _text(component) or None
         elif kind == "BUTTONS":
@@ -97,6 +102,13 @@ def render_template_text(components: list[dict[str, Any]], values: dict[str, str
     return RenderedTemplate(header=header, body=body, footer=footer, buttons=buttons)
 
 
+def _media_header(media_format: str, value: Value | None) -> str:
+    """A media header as text: its kind, and the file's name or link when the send gave one."""
+    if isinstance(value, MediaHeader):
+        return f"[{media_format.lower()}: {value.filename or value.link}]"
+    return f"[{media_format.lower()}]"
+
+
 def render_message_template(
     template_components: list[dict[str, Any]], variables: list[str], parameters: Any
 ) -> RenderedTemplate | None:
@@ -104,7 +116,7 @@ def render_message_template(
     (``Message.template_parameters``: a list in ``variables`` order or an object keyed by them).
 
     ``None`` when the parameters do not fit ``variables`` (the template changed since the send)."""
-    values = bind_parameters(variables, parameters)
+    values = bind_parameters(variables, parameters, header_format(template_components))
     if isinstance(values, str):
         return None
     return render_template_text(template_components, values)

@@ -64,8 +64,18 @@ def replace_templates(session: Session, *, channel: Channel, records: Sequence[T
             template = Template(channel_id=channel.id, name=record.name, language=record.language)
             session.add(template)
         template.meta_id = record.id
+        if template.pending_category is not None and template.pending_category == category:
+            template.pending_category = None  # the change Meta announced is made (its webhook may be lost)
         template.category = category
         template.status = record.status.upper()
+        # What the listing says, as the template webhooks do (templates/lifecycle.py); an announced
+        # recategorisation only a webhook says is kept, and so is what the listing does not give.
+        if record.quality is not None:
+            template.quality = record.quality
+        if template.status == "APPROVED":
+            template.rejected_reason = None
+        elif record.rejected_reason is not None:
+            template.rejected_reason = record.rejected_reason[:500]
         template.parameter_format = (record.parameter_format or "POSITIONAL").upper()
         template.components = list(record.components)
         template.variables = template_variables(template.components, category)

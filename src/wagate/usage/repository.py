@@ -81,6 +81,9 @@ async def grouped_usage(
         .where(
             Message.account_id == account_id,
             Message.direction == Direction.outbound,
+            # What the account sent: not the replies of Meta's AI agent (echoes on `standby`), which
+            # are neither messages of the API nor priced by the gateway.
+            Message.sent_by.is_(None),
             Message.created_at >= start,
             Message.created_at < end,
         )

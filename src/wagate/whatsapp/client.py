@@ -25,7 +25,7 @@ from wagate.whatsapp.http1 import ConnectFailed, ExchangeFailed, Http1Pool, Inva
 from wagate.whatsapp.payloads import SendResult, TemplateRecord
 
 log = logging.getLogger(__name__)
-TEMPLATE_FIELDS = "name,language,status,category,parameter_format,components,id"
+TEMPLATE_FIELDS = "name,language,status,category,parameter_format,components,id,quality_score,rejected_reason"
 # A listing that never ends (a broken cursor) must not loop forever.
 MAX_TEMPLATE_PAGES = 1000
 

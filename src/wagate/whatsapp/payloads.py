@@ -10,7 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from wagate.whatsapp.template_events import TEMPLATE_FIELDS, QualityScore, TemplateChange, template_change
+
+if TYPE_CHECKING:
+    from wagate.whatsapp.standby import EchoMessage, Handover
+    from wagate.whatsapp.system_messages import SystemMessage
 
 
 class MalformedWebhook(ValueError):
@@ -206,13 +212,17 @@ class InboundMessage:
     text: str | None = None
     user_id: str | None = None
     customer: CustomerRef = CustomerRef()
+    # Came on the `standby` field: Meta's AI agent holds the conversation (API.md section 14).
+    standby: bool = False
 
     @property
     def profile_name(self) -> str | None:
         return self.customer.name
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], contacts: tuple[CustomerRef, ...] = ()) -> InboundMessage:
+    def from_dict(
+        cls, data: dict[str, Any], contacts: tuple[CustomerRef, ...] = (), *, standby: bool = False
+    ) -> InboundMessage:
         sender = _id_str(data, "from")
         contact = _contact_for(contacts, sender, _id_str(data, "from_user_id")) or CustomerRef()
         sender = sender or contact.wa_id
@@ -229,6 +239,7 @@ class InboundMessage:
             text=text,
             user_id=user_id,
             customer=CustomerRef(sender, user_id, contact.parent_user_id, contact.name, contact.username),
+            standby=standby,
         )
 
 
@@ -291,14 +302,36 @@ class ChangeValue:
     preferences: tuple[PreferenceUpdate, ...] = ()
     # The change's value as Meta sent it: what an operator sees when no channel has its number.
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # Conversation Routing (API.md section 14, whatsapp/standby.py): a `standby` change (Meta's AI
+    # agent holds these conversations), the agent's replies, and control changes.
+    standby: bool = False
+    echoes: tuple[EchoMessage, ...] = ()
+    handovers: tuple[Handover, ...] = ()
+    # Notices about a customer among `messages[]` (whatsapp/system_messages.py), not their words.
+    system_messages: tuple[SystemMessage, ...] = ()
 
     @classmethod
     def from_dict(
-        cls, value: dict[str, Any], waba_id: str | None = None, *, odd: list[OddItem] | None = None
+        cls,
+        value: dict[str, Any],
+        waba_id: str | None = None,
+        *,
+        odd: list[OddItem] | None = None,
+        field: str = "messages",
     ) -> ChangeValue:
         """The change's items; each item that cannot be read goes to `odd` (or raises without it)."""
-        metadata = _require_dict(value.get("metadata"), "value.metadata")
+        # Imported here: those modules build on this one's models.
+        from wagate.whatsapp.standby import EchoMessage, Handover, standby_value
+        from wagate.whatsapp.system_messages import SystemMessage
+
+        raw, metadata = value, value.get("metadata")
+        if field == "messaging_handovers" and metadata is None:
+            metadata = value.get("recipient")  # handovers name the business number so, without metadata
+        metadata = _require_dict(metadata, "value.metadata")
         number = _require_str(metadata, "phone_number_id", "value.metadata")
+        standby = field == "standby"
+        if standby:
+            value = standby_value(value)
 
         def each(key: str, read: Any) -> list[Any]:
             items = value.get(key)
@@ -319,19 +352,37 @@ class ChangeValue:
 
         # A contact that cannot be read is an odd item of its own: the statuses beside it still apply.
         contacts = tuple(each("contacts", CustomerRef.from_contact))
+        messages = each(
+            "messages",
+            lambda m: (
+                SystemMessage.from_dict(m)
+                if m.get("type") == "system"
+                else InboundMessage.from_dict(m, contacts, standby=standby)
+            ),
+        )
+        handovers = []
+        if field == "messaging_handovers":
+            try:
+                handovers.append(Handover.from_value(value))
+            except MalformedWebhook as exc:
+                _odd_or_raise(odd, str(exc), raw, number)
 
         return cls(
             phone_number_id=number,
             display_phone_number=_optional_str(metadata, "display_phone_number"),
             waba_id=waba_id,
             statuses=tuple(each("statuses", lambda item: StatusUpdate.from_dict(item, contacts))),
-            messages=tuple(each("messages", lambda m: InboundMessage.from_dict(m, contacts))),
+            messages=tuple(m for m in messages if isinstance(m, InboundMessage)),
             errors=_errors(value.get("errors"), "value.errors")
             if isinstance(value.get("errors"), list)
             else (),
             contacts=contacts,
             preferences=tuple(each("user_preferences", lambda p: PreferenceUpdate.from_dict(p, contacts))),
-            raw=value,
+            raw=raw,
+            standby=standby,
+            echoes=tuple(each("message_echoes", lambda e: EchoMessage.from_dict(e, contacts))),
+            handovers=tuple(handovers),
+            system_messages=tuple(m for m in messages if isinstance(m, SystemMessage)),
         )
 
 
@@ -342,15 +393,17 @@ def _odd_or_raise(odd: list[OddItem] | None, reason: str, item: Any, number: str
     return []
 
 
-# The fields whose changes carry something for the gateway; others (template status updates, account
-# alerts) have shapes of their own and are skipped.
-APPLIED_FIELDS = ("messages", "user_preferences")
+# The fields whose changes carry something for a phone number; the template lifecycle's are about a
+# WABA (TEMPLATE_FIELDS, parsed apart); others (account alerts...) are skipped.
+APPLIED_FIELDS = ("messages", "user_preferences", "standby", "messaging_handovers")
 
 
 @dataclass(frozen=True, slots=True)
 class Webhook:
     changes: tuple[ChangeValue, ...]
     odd: tuple[OddItem, ...] = ()
+    # Template lifecycle changes (whatsapp/template_events.py): about a WABA, not a phone number.
+    templates: tuple[TemplateChange, ...] = ()
 
 
 def check_envelope(body: Any) -> None:
@@ -370,6 +423,8 @@ def phone_number_ids(body: dict[str, Any]) -> set[str]:
         for change in changes if isinstance(changes, list) else ():
             value = change.get("value") if isinstance(change, dict) else None
             metadata = value.get("metadata") if isinstance(value, dict) else None
+            if metadata is None and isinstance(value, dict):
+                metadata = value.get("recipient")  # a handover's business number (no metadata)
             number = metadata.get("phone_number_id") if isinstance(metadata, dict) else None
             if isinstance(number, str | int):
                 found.add(str(number))
@@ -385,6 +440,7 @@ def parse_webhook(body: Any) -> Webhook:
     entries = body["entry"]
     changes: list[ChangeValue] = []
     odd: list[OddItem] = []
+    templates: list[TemplateChange] = []
     for entry in entries:
         if not isinstance(entry, dict) or not isinstance(entry.get("changes"), list):
             odd.append(OddItem("entry[] must be an object with a list of changes", entry))
@@ -394,14 +450,21 @@ def parse_webhook(body: Any) -> Webhook:
             if not isinstance(change, dict):
                 odd.append(OddItem("entry[].changes[] must be an object", change))
                 continue
+            if change.get("field") in TEMPLATE_FIELDS:
+                try:
+                    templates.append(template_change(change, waba_id))
+                except ValueError as exc:
+                    odd.append(OddItem(str(exc), change))
+                continue
             if change.get("field", "messages") not in APPLIED_FIELDS:
                 continue
             try:
                 value = _require_dict(change.get("value"), "changes[].value")
-                changes.append(ChangeValue.from_dict(value, waba_id, odd=odd))
+                name = change.get("field", "messages")
+                changes.append(ChangeValue.from_dict(value, waba_id, odd=odd, field=name))
             except MalformedWebhook as exc:
                 odd.append(OddItem(str(exc), change))
-    return Webhook(tuple(changes), tuple(odd))
+    return Webhook(tuple(changes), tuple(odd), tuple(templates))
 
 
 @dataclass(frozen=True, slots=True)
@@ -439,6 +502,10 @@ class TemplateRecord:
     category: str
     parameter_format: str = "POSITIONAL"
     components: list[dict[str, Any]] = field(default_factory=list)
+    # `quality_score.score` (GREEN, YELLOW, RED, UNKNOWN) and `rejected_reason` (NONE is none), when
+    # the listing gives them: what the template webhooks say too (whatsapp/template_events.py).
+    quality: str | None = None
+    rejected_reason: str | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TemplateRecord:
@@ -457,7 +524,18 @@ class TemplateRecord:
             category=str(data.get("category") or "UNKNOWN").upper(),
             parameter_format=fmt.upper() if isinstance(fmt, str) and fmt else "POSITIONAL",
             components=[c for c in components if isinstance(c, dict)] if isinstance(components, list) else [],
+            quality=_listed_quality(data.get("quality_score")),
+            rejected_reason=_listed_reason(data.get("rejected_reason")),
         )
+
+
+def _listed_quality(value: Any) -> str | None:
+    score = value.get("score") if isinstance(value, dict) else None
+    return QualityScore(score).value if isinstance(score, str) and score else None
+
+
+def _listed_reason(value: Any) -> str | None:
+    return value if isinstance(value, str) and value and value.upper() != "NONE" else None
 
 
 # --- builders for the send request ----------------------------------------------------------
@@ -512,6 +590,16 @@ def text_parameter(text: str, name: str | None = None) -> dict[str, Any]:
     if name is not None:
         parameter["parameter_name"] = name
     return parameter
+
+
+def media_parameter(media_format: str, link: str, filename: str | None = None) -> dict[str, Any]:
+    """A media header's parameter as Meta documents it: `{"type": "document", "document": {"link",
+    "filename"}}` (`image` and `video` alike, without a filename)."""
+    kind = media_format.lower()
+    media: dict[str, Any] = {"link": link}
+    if filename is not None:
+        media["filename"] = filename
+    return {"type": kind, kind: media}
 
 
 def body_component(parameters: list[dict[str, Any]]) -> dict[str, Any]:
