@@ -169,6 +169,17 @@ def main() -> None:
                 page.wait_for_timeout(2500)
                 shoot(page, page.url, "bulk-batch", out)
                 shoot(page, f"{url}/bulk", "bulk-list", out)
+                # A DOCUMENT header template: a link (and a file name) for the header.
+                page.goto(f"{url}/bulk/new")
+                page.get_by_label("Template", exact=True).select_option(value="invoice_ready|en")
+                values = page.locator("fieldset:not([hidden])")
+                values.get_by_label("Header document: link (https)").fill(
+                    "https://files.example.com/inv/1001.pdf"
+                )
+                values.get_by_label("Document's file name (optional)").fill("invoice-1001.pdf")
+                values.get_by_label("Body {{1}}").fill("A-1001")
+                page.get_by_label("Phone numbers").fill("+994501112233")
+                shoot_current(page, "bulk-new-document", out)
                 browser.close()
         finally:
             process.terminate()
