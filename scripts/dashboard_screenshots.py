@@ -94,6 +94,18 @@ def traffic(url: str, sandbox: dict[str, str]) -> None:
                 "name": "Aysel Mammadova",
             },
         ).raise_for_status()
+        time.sleep(1)
+        # A reply inside the window: a session message, priced as SESSION since 2026-10-01.
+        http.post(
+            api,
+            headers=headers,
+            json={
+                "channel_id": int(sandbox["channel"]),
+                "phone_number": "+994551234567",
+                "text": "Sorry about that: a new code is on its way.",
+                "conversation_status": "open",
+            },
+        ).raise_for_status()
         time.sleep(2)
 
 
