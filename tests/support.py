@@ -239,6 +239,28 @@ def signed_in(
 # --- Meta's webhooks, signed as Meta signs them ---------------------------------------------------
 
 
+def sim_customer(gateway: Gateway, **body: Any) -> dict[str, Any]:
+    """The simulator's customer on the main channel (made when new): {phone_number, wa_id, user_id,
+    username}."""
+    response = gateway.sim.http.post(
+        f"{gateway.sim.url}/_sim/customers", json={"phone_number_id": MAIN["phone_number_id"], **body}
+    )
+    response.raise_for_status()
+    found: dict[str, Any] = response.json()
+    return found
+
+
+def window(gateway: Gateway, number: str) -> dict[str, Any]:
+    """Operation 3 for the number on the main channel."""
+    query = {"channel_id": gateway.ids["main"], "phone_number": number}
+    response = gateway.http.get(
+        gateway.v1("/whatsapp/messages/window"), params=query, headers=gateway.headers()
+    )
+    assert response.status_code == 200, response.text
+    body: dict[str, Any] = response.json()
+    return body
+
+
 def post_meta(gateway: Gateway, body: dict[str, Any]) -> Any:
     raw = orjson.dumps(body)
     return gateway.http.post(

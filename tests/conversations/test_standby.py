@@ -16,7 +16,7 @@ import pytest
 
 from app_in_thread import running_gateway, sql
 from receiver import Receiver
-from support import MAIN, Gateway, Simulator, new_number, post_meta, wait_for
+from support import MAIN, Gateway, Simulator, new_number, post_meta, wait_for, window
 
 FIXTURES = Path(__file__).parents[1] / "whatsapp" / "fixtures"
 AGENT = "meta_business_agent"
@@ -38,16 +38,6 @@ def handover(gateway: Gateway, number: str, to: str, **body: Any) -> dict[str, A
     answer: dict[str, Any] = response.json()
     assert answer["delivered"] is True
     return answer
-
-
-def window(gateway: Gateway, number: str) -> dict[str, Any]:
-    query = {"channel_id": gateway.ids["main"], "phone_number": number}
-    response = gateway.http.get(
-        gateway.v1("/whatsapp/messages/window"), params=query, headers=gateway.headers()
-    )
-    assert response.status_code == 200, response.text
-    body: dict[str, Any] = response.json()
-    return body
 
 
 def stored(gateway: Gateway, wamid: str) -> tuple[Any, ...] | None:

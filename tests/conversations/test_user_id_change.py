@@ -9,16 +9,7 @@ import time
 from typing import Any
 
 from app_in_thread import sql
-from support import MAIN, Gateway, change, new_number, post_meta, wait_for, webhook
-
-
-def customer(gateway: Gateway, **body: Any) -> dict[str, Any]:
-    response = gateway.sim.http.post(
-        f"{gateway.sim.url}/_sim/customers", json={"phone_number_id": MAIN["phone_number_id"], **body}
-    )
-    response.raise_for_status()
-    found: dict[str, Any] = response.json()
-    return found
+from support import MAIN, Gateway, change, new_number, post_meta, sim_customer, wait_for, webhook, window
 
 
 def inbound(gateway: Gateway, **body: Any) -> str:
@@ -29,16 +20,6 @@ def inbound(gateway: Gateway, **body: Any) -> str:
     response.raise_for_status()
     wamid: str = response.json()["wamid"]
     return wamid
-
-
-def window(gateway: Gateway, number: str) -> dict[str, Any]:
-    query = {"channel_id": gateway.ids["main"], "phone_number": number}
-    response = gateway.http.get(
-        gateway.v1("/whatsapp/messages/window"), params=query, headers=gateway.headers()
-    )
-    assert response.status_code == 200, response.text
-    body: dict[str, Any] = response.json()
-    return body
 
 
 def contact_of_user_id(gateway: Gateway, user_id: str) -> int | None:
@@ -59,7 +40,7 @@ def test_a_user_id_change_keeps_one_customer_and_sends_by_the_old_id_go_to_the_n
     number = new_number()
     inbound(gateway, **{"from": number})
     opened = wait_for(lambda: (w := window(gateway, number))["open"] and w, what="the window to open")
-    old = customer(gateway, phone_number=number)["user_id"]
+    old = sim_customer(gateway, phone_number=number)["user_id"]
     contact = wait_for(lambda: contact_of_user_id(gateway, old), what="the user id learned")
     [(conversation_id, _)] = conversations_of(gateway, contact)
 
@@ -70,7 +51,7 @@ def test_a_user_id_change_keeps_one_customer_and_sends_by_the_old_id_go_to_the_n
     assert changed.status_code == 200, changed.text
     new = changed.json()["user_id"]
     assert changed.json()["previous_user_id"] == old and new != old
-    assert customer(gateway, phone_number=number)["user_id"] == new  # the simulator knows the new id
+    assert sim_customer(gateway, phone_number=number)["user_id"] == new  # the simulator knows the new id
 
     # The new id names the same customer: one contact, one conversation, the window as it was (the
     # notice is not a customer message and renews nothing).
@@ -135,7 +116,7 @@ def system_message(previous: str, current: str, at: int) -> dict[str, Any]:
 def test_a_new_id_that_wrote_first_is_merged_into_the_customer(gateway: Gateway) -> None:
     number = new_number()
     inbound(gateway, **{"from": number}, text="first, by number")
-    old = customer(gateway, phone_number=number)["user_id"]
+    old = sim_customer(gateway, phone_number=number)["user_id"]
     contact = wait_for(lambda: contact_of_user_id(gateway, old), what="the user id learned")
     [(kept, _)] = conversations_of(gateway, contact)
     # The customer wrote under their new id before Meta's notice came: a customer of its own.

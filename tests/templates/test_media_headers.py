@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from app_in_thread import sql
-from support import MAIN, Gateway, new_number, wait_for
+from support import Gateway, new_number, sim_customer, wait_for
 
 # A public address literal: the guard needs no DNS for it, and nothing is ever fetched from it.
 PUBLIC_FILE = "https://93.184.215.14/invoices/1001.pdf"
@@ -188,12 +188,7 @@ def test_an_otp_to_a_customer_known_only_by_user_id_is_refused(gateway: Gateway)
 
 def test_an_otp_by_user_id_goes_to_the_learned_number(gateway: Gateway) -> None:
     number = new_number()
-    found = gateway.sim.http.post(
-        f"{gateway.sim.url}/_sim/customers",
-        json={"phone_number_id": MAIN["phone_number_id"], "phone_number": number},
-    )
-    found.raise_for_status()
-    user_id = found.json()["user_id"]
+    user_id = sim_customer(gateway, phone_number=number)["user_id"]
     # The gateway learns the pair from the statuses of a first send to the number.
     first = gateway.send(
         {

@@ -10,21 +10,22 @@ import time
 from typing import Any
 
 from app_in_thread import sql
-from support import MAIN, Gateway, change, marketing_preference, new_number, post_meta, wait_for, webhook
+from support import (
+    MAIN,
+    Gateway,
+    change,
+    marketing_preference,
+    new_number,
+    post_meta,
+    sim_customer,
+    wait_for,
+    webhook,
+    window,
+)
 
 OTP = {"name": "otp_code", "language": "en", "parameters": ["123456"]}
 SALE = {"name": "spring_sale", "language": "en", "parameters": ["20%", "20%", "spring"]}
 ORDER = {"name": "order_update", "language": "en", "parameters": ["A-1", "shipped"]}
-
-
-def customer(gateway: Gateway, **body: Any) -> dict[str, Any]:
-    """The simulator's customer (made when new): {phone_number, wa_id, user_id, username}."""
-    response = gateway.sim.http.post(
-        f"{gateway.sim.url}/_sim/customers", json={"phone_number_id": MAIN["phone_number_id"], **body}
-    )
-    response.raise_for_status()
-    found: dict[str, Any] = response.json()
-    return found
 
 
 def inbound(gateway: Gateway, **body: Any) -> None:
@@ -32,15 +33,6 @@ def inbound(gateway: Gateway, **body: Any) -> None:
         f"{gateway.sim.url}/_sim/inbound",
         json={"phone_number_id": MAIN["phone_number_id"], "text": "hello", **body},
     ).raise_for_status()
-
-
-def window(gateway: Gateway, number: str) -> dict[str, Any]:
-    query = {"channel_id": gateway.ids["main"], "phone_number": number}
-    response = gateway.http.get(
-        gateway.v1("/whatsapp/messages/window"), params=query, headers=gateway.headers()
-    )
-    body: dict[str, Any] = response.json()
-    return body
 
 
 def conversation_status(gateway: Gateway, message_id: str) -> str:
@@ -54,14 +46,14 @@ def test_a_username_reply_reopens_the_conversation_an_api_send_resolved(gateway:
     assert sent.status_code == 201
     message_id = sent.json()["id"]
     # The statuses of the send carry the customer's user id beside the number: the gateway learns it.
-    user_id = customer(gateway, phone_number=number)["user_id"]
+    user_id = sim_customer(gateway, phone_number=number)["user_id"]
     learned = wait_for(lambda: (m := gateway.message(message_id))["user_id"] and m, what="user id learned")
     assert learned["user_id"] == user_id and learned["phone_number"] == number
     assert conversation_status(gateway, message_id) == "resolved"
     assert window(gateway, number)["open"] is False
 
     # The customer adopts a username: Meta hides the number, the reply has no `from` and no `wa_id`.
-    customer(gateway, phone_number=number, username="aysel.m")
+    sim_customer(gateway, phone_number=number, username="aysel.m")
     inbound(gateway, user_id=user_id, name="Aysel")
     wait_for(lambda: conversation_status(gateway, message_id) == "open", what="conversation to reopen")
     assert window(gateway, number)["open"] is True
@@ -114,7 +106,7 @@ def test_a_send_by_user_id_uses_the_window_of_its_number(gateway: Gateway) -> No
     number = new_number()
     inbound(gateway, **{"from": number})  # the contact beside the message carries the user id
     wait_for(lambda: window(gateway, number)["open"], what="window to open")
-    user_id = customer(gateway, phone_number=number)["user_id"]
+    user_id = sim_customer(gateway, phone_number=number)["user_id"]
     reply = gateway.send({"user_id": user_id, "text": "Thanks for writing"})
     assert reply.status_code == 201, reply.text
     assert reply.json()["sent_as"] == "session"  # the number's window is open

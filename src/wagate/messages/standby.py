@@ -12,6 +12,8 @@ notices about customers (system messages).
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
@@ -52,6 +54,42 @@ def _contact(customers: Customers, ref: CustomerRef) -> tuple[int | None, str | 
     return contact_id, customers.phone_of.get(contact_id, phone) if contact_id is not None else phone
 
 
+def received_message(
+    channel: Channel,
+    conversation_id: int,
+    *,
+    direction: Direction,
+    status: MessageStatus,
+    wamid: str,
+    at: datetime,
+    text: str,
+    phone_number: str | None,
+    user_id: str | None,
+    sent_by: str | None = None,
+) -> Message:
+    """A message that came from Meta rather than through our send path (a customer's, an echo of Meta's
+    AI agent, a notice of WhatsApp's): free unless Meta's pricing says otherwise, its one status at
+    Meta's time."""
+    return Message(
+        id=new_id("msg"),
+        account_id=channel.account_id,
+        channel_id=channel.id,
+        conversation_id=conversation_id,
+        direction=direction,
+        phone_number=phone_number,
+        user_id=user_id[:USER_ID_LENGTH] if user_id else None,
+        status=status,
+        sent_by=sent_by,
+        text=text,
+        upstream_message_id=wamid,
+        cost_micros=0,
+        cost_currency="",
+        status_history=[{"status": status.value, "at": isoformat(at) or ""}],
+        created_at=at,
+        updated_at=utcnow(),
+    )
+
+
 def store_echoes(
     session: Session, *, channel: Channel, echoes: list[EchoMessage], customers: Customers
 ) -> list[str]:
@@ -78,24 +116,17 @@ def store_echoes(
         conversation.last_activity_at = utcnow()
         user_id = echo.customer.user_id
         session.add(
-            Message(
-                id=new_id("msg"),
-                account_id=channel.account_id,
-                channel_id=channel.id,
-                conversation_id=conversation.id,
+            received_message(
+                channel,
+                conversation.id,
                 direction=Direction.outbound,
-                phone_number=phone,
-                user_id=user_id[:USER_ID_LENGTH] if user_id else None,
                 status=MessageStatus.sent,
-                sent_as=None,
-                sent_by=META_BUSINESS_AGENT,
+                wamid=echo.wamid,
+                at=echo.timestamp,
                 text=echo.text if echo.text is not None else f"[{echo.type}]",
-                upstream_message_id=echo.wamid,
-                cost_micros=0,
-                cost_currency="",
-                status_history=[{"status": MessageStatus.sent.value, "at": isoformat(echo.timestamp) or ""}],
-                created_at=echo.timestamp,
-                updated_at=utcnow(),
+                phone_number=phone,
+                user_id=user_id,
+                sent_by=META_BUSINESS_AGENT,
             )
         )
         stored.append(echo.wamid)
@@ -192,24 +223,16 @@ def apply_system_messages(session: Session, *, channel: Channel, notices: list[S
         if conversation is None:
             continue  # no conversation to show it in
         session.add(
-            Message(
-                id=new_id("msg"),
-                account_id=channel.account_id,
-                channel_id=channel.id,
-                conversation_id=conversation.id,
+            received_message(
+                channel,
+                conversation.id,
                 direction=Direction.system,
-                phone_number=phone_of_wa_id(notice.from_) if notice.from_ else None,
-                user_id=notice.user_id[:USER_ID_LENGTH] if notice.user_id else None,
                 status=MessageStatus.delivered,
+                wamid=notice.wamid,
+                at=notice.timestamp,
                 text=notice.body or _note(notice),
-                upstream_message_id=notice.wamid,
-                cost_micros=0,
-                cost_currency="",
-                status_history=[
-                    {"status": MessageStatus.delivered.value, "at": isoformat(notice.timestamp) or ""}
-                ],
-                created_at=notice.timestamp,
-                updated_at=utcnow(),
+                phone_number=phone_of_wa_id(notice.from_) if notice.from_ else None,
+                user_id=notice.user_id,
             )
         )
         live.append(LiveChange(channel.account_id, channel.id, conversation.id, LiveKind.message))

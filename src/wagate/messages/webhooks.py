@@ -20,10 +20,9 @@ from wagate.conversations.models import (
     ConversationStatus,
 )
 from wagate.conversations.repository import get_or_create_conversation, set_marketing_preferences
-from wagate.db import dialect_name, isoformat, rows_from_json, table_of, utcnow
+from wagate.db import dialect_name, rows_from_json, table_of, utcnow
 from wagate.events.publish import ConversationChange, publish_conversation_changes
 from wagate.events.subscriptions import Subscriptions
-from wagate.ids import new_id
 from wagate.live import LiveChange, LiveKind, record_live
 from wagate.messages.events import publish_messages_created, publish_status_changes
 from wagate.messages.models import (
@@ -35,7 +34,7 @@ from wagate.messages.models import (
     ParkedStatus,
 )
 from wagate.messages.pricing import Prices, settle_cost
-from wagate.messages.standby import apply_handovers, apply_system_messages, store_echoes
+from wagate.messages.standby import apply_handovers, apply_system_messages, received_message, store_echoes
 from wagate.messages.status import StatusChange, apply_status
 from wagate.outbox.dead_letters import bury
 from wagate.templates.lifecycle import apply_template_changes
@@ -340,22 +339,16 @@ def store_inbound(
         last = conversation.last_customer_message_at
         conversation.last_customer_message_at = item.timestamp if last is None else max(last, item.timestamp)
         conversation.last_activity_at = utcnow()
-        message = Message(
-            id=new_id("msg"),
-            account_id=channel.account_id,
-            channel_id=channel.id,
-            conversation_id=conversation.id,
+        message = received_message(
+            channel,
+            conversation.id,
             direction=Direction.inbound,
-            phone_number=phone,
-            user_id=item.user_id[:USER_ID_LENGTH] if item.user_id else None,
             status=MessageStatus.delivered,
+            wamid=item.wamid,
+            at=item.timestamp,
             text=item.text if item.text is not None else f"[{item.type}]",
-            upstream_message_id=item.wamid,
-            cost_micros=0,
-            cost_currency="",
-            status_history=[{"status": MessageStatus.delivered.value, "at": isoformat(item.timestamp) or ""}],
-            created_at=item.timestamp,
-            updated_at=utcnow(),
+            phone_number=phone,
+            user_id=item.user_id,
         )
         session.add(message)
         stored.append((message, conversation.status.value))
