@@ -163,6 +163,28 @@ def query_problem(scope: Scope) -> tuple[str, str] | None:
     return None
 
 
+# A message's or a batch's id in the path (operation 5, its deliveries, operation 7). One that cannot
+# exist (past the path's length, a control character) is not a malformed request but a wrong id: the
+# spec answers "404 when the id is wrong". The guard puts `IMPOSSIBLE_ID`, which no row has, in its
+# place, so the route answers as for any unknown id (after the key and the account are checked) and
+# the text never reaches the database.
+_ID_IN_PATH = re.compile(
+    r"(/v1/accounts/[0-9]{1,20}/whatsapp/(?:messages|bulk_messages)/)([^/]*)(/deliveries)?", re.S
+)
+IMPOSSIBLE_ID = "-"
+
+
+def _with_impossible_id(scope: Scope) -> Scope | None:
+    """The scope with its message or batch id replaced by IMPOSSIBLE_ID, when the id alone is what
+    is wrong with the path; None otherwise."""
+    found = _ID_IN_PATH.fullmatch(scope.get("path", ""))
+    if found is None or found.group(2) in ("", "window"):
+        return None
+    path = found.group(1) + IMPOSSIBLE_ID + (found.group(3) or "")
+    changed = {**scope, "path": path, "raw_path": path.encode()}
+    return None if query_problem(changed) else changed
+
+
 class BodyRefused(Exception):
     """Raised into the app by `receive` once the body passed its size or time limit (the 413 or 408
     is already sent)."""
@@ -196,9 +218,11 @@ class RequestGuard:
             await self.app(scope, receive, send)
             return
         if problem := query_problem(scope):
-            field, issue = problem
-            await _answer(send, _invalid(field, issue))
-            return
+            if (wrong_id := _with_impossible_id(scope)) is None:
+                field, issue = problem
+                await _answer(send, _invalid(field, issue))
+                return
+            scope = wrong_id
         limit = self.max_webhook_bytes if scope["path"] == WEBHOOK_PATH else self.max_request_bytes
         announced = _content_length(scope)
         # Compared as text first: a Content-Length of thousands of digits is not worth an int().

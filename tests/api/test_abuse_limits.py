@@ -258,6 +258,24 @@ def test_a_path_past_its_limit_gets_422(gateway: Gateway) -> None:
     assert "longer than 2048 characters" in error["message"], error
 
 
+def test_an_id_that_cannot_exist_is_not_found_after_the_key_is_checked(gateway: Gateway) -> None:
+    # Spec section 4.5: "404 when the id is wrong", however wrong; the guard's limits still hold.
+    long_id = "msg_" + "a" * 3000
+    found = gateway.http.get(gateway.v1(f"/whatsapp/messages/{long_id}"), headers=gateway.headers())
+    assert error_of(found, 404, "message_not_found")
+    batch = gateway.http.get(
+        gateway.v1(f"/whatsapp/bulk_messages/bat_{'b' * 3000}"), headers=gateway.headers()
+    )
+    assert error_of(batch, 404, "batch_not_found")
+    # Without a key, or for another account, the same answers as for any id.
+    anonymous = gateway.http.get(gateway.v1(f"/whatsapp/messages/{long_id}"))
+    assert error_of(anonymous, 401, "unauthorized")
+    other = gateway.http.get(
+        gateway.v1(f"/whatsapp/messages/{long_id}", account_id=999), headers=gateway.headers()
+    )
+    assert error_of(other, 403, "forbidden")
+
+
 def test_a_template_value_longer_than_a_body_can_hold_is_refused(gateway: Gateway) -> None:
     number = new_number()
     otp = {"name": "otp_code", "language": "en", "parameters": ["1" * 1025]}

@@ -131,12 +131,20 @@ def test_control_characters_in_a_bulk_or_webhook_body_are_invalid_request(gatewa
 
 @pytest.mark.parametrize("bad", ["\x00", "\x02"])
 def test_control_characters_in_a_path_or_query_are_invalid_request(gateway: Gateway, bad: str) -> None:
-    message = gateway.http.get(gateway.v1("/whatsapp/messages/msg_" + quote(bad)), headers=gateway.headers())
-    assert error_of(message)["details"][0]["field"] == "path"
-    batch = gateway.http.get(
-        gateway.v1("/whatsapp/bulk_messages/bat_" + quote(bad)), headers=gateway.headers()
+    # In an id of a message or a batch, a control character makes an id that cannot exist: 404.
+    for path, status, code in [
+        ("/whatsapp/messages/msg_" + quote(bad), 404, "message_not_found"),
+        ("/whatsapp/messages/msg_" + quote(bad) + "/deliveries", 404, "message_not_found"),
+        ("/whatsapp/bulk_messages/bat_" + quote(bad), 404, "batch_not_found"),
+        ("/whatsapp/channels" + quote(bad), 422, "invalid_request"),
+    ]:
+        answer = gateway.http.get(gateway.v1(path), headers=gateway.headers())
+        assert (answer.status_code, answer.json()["error"]["code"]) == (status, code), path
+    # Anywhere else in the path it is the request that is malformed.
+    elsewhere = gateway.http.get(
+        f"{gateway.url}/v1/accounts/1{quote(bad)}/whatsapp/messages/msg_1", headers=gateway.headers()
     )
-    error_of(batch)
+    assert error_of(elsewhere)["details"][0]["field"] == "path"
     for params, field in [
         ({"channel_id": gateway.ids["main"], "phone_number": "+99455" + bad}, "phone_number"),
         ({"channel_id": gateway.ids["main"], "phone_number": new_number(), "x" + bad: "1"}, "x" + bad),

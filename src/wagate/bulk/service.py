@@ -89,7 +89,9 @@ async def prepare_batch(
     settings: Settings,
     secret_box: SecretBox,
 ) -> PreparedBatch:
-    """Every check of API.md section 6 without writing anything; the template is checked once."""
+    """Every check of API.md section 6 without writing anything; the template is checked once.
+    Administrators only (403 `administrator_required`)."""
+    principal.require_administrator()
     channel = await lookups.channel(principal, request.channel_id)
     given = request.recipient_list()
     field = "recipients" if request.recipients is not None else "phone_numbers"
@@ -299,8 +301,10 @@ async def accept_batch(
 async def read_batch(
     session: AsyncSession, *, principal: Principal, batch_id: str, now: datetime | None = None
 ) -> BatchReport:
-    """API.md section 7: the batch with counts and recipients as they are now; 404 once expired or
-    of another account, 403 for a channel whose inbox the caller is not a member of."""
+    """API.md section 7: the batch with counts and recipients as they are now; 403
+    `administrator_required` for an agent (only administrators send or read batches), 404 once
+    expired or of another account, 403 for a channel whose inbox the caller is not a member of."""
+    principal.require_administrator()
     batch = await repository.live_batch(
         session, account_id=principal.account_id, batch_id=batch_id, now=now or utcnow()
     )
@@ -337,7 +341,8 @@ async def list_batches(
     gateway: Gateway, *, principal: Principal, before: str | None = None
 ) -> tuple[list[BatchSummary], str | None]:
     """The batches of the caller's inboxes, newest first, with their progress (two statements a page);
-    and the id to pass as `before` for the next page."""
+    and the id to pass as `before` for the next page. Administrators only, as `read_batch`."""
+    principal.require_administrator()
     async with gateway.db.read() as session:
         channel_ids = [channel.id for channel in await member_channels(session, principal=principal)]
         batches = await repository.batches_page(

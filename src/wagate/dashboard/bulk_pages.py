@@ -7,6 +7,7 @@ The preview and the send go through the same service as `POST bulk_messages` (`p
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 from typing import Annotated, Any
@@ -50,7 +51,10 @@ MAX_UPLOAD_BYTES = 1024 * 1024
 async def batches(
     request: Request, gateway: GatewayDep, user: User, before: str | None = None
 ) -> HTMLResponse:
-    summaries, next_before = await list_batches(gateway, principal=user.principal, before=before)
+    try:
+        summaries, next_before = await list_batches(gateway, principal=user.principal, before=before)
+    except WagateError as error:  # an agent: bulk batches are for administrators (API.md section 6)
+        return error_page(request, error)
     inboxes = {inbox.id: inbox for inbox in await inboxes_of(gateway, user)}
     fragment = request.query_params.get("fragment") == "1"
     return render(
@@ -94,6 +98,42 @@ async def _form(
     )
 
 
+# The byte-order marks a CSV file may start with, and the encoding each names: Excel saves "CSV UTF-8"
+# with the first and "Unicode text" as UTF-16 with the second.
+_BYTE_ORDER_MARKS = (
+    (codecs.BOM_UTF8, "utf-8"),
+    (codecs.BOM_UTF16_LE, "utf-16-le"),
+    (codecs.BOM_UTF16_BE, "utf-16-be"),
+)
+# The field that carries why an uploaded CSV could not be read, until the form's checks refuse it.
+CSV_UNREADABLE = "csv_file_unreadable"
+
+
+def unreadable_csv(issue: str) -> InvalidRequest:
+    return InvalidRequest(
+        f'The CSV file cannot be read: {issue}. Save it as "CSV UTF-8" (Excel: File > Save As > CSV'
+        " UTF-8) and upload it again.",
+        details=[{"field": "csv_file", "issue": issue}],
+    )
+
+
+def decode_csv(data: bytes) -> str:
+    """An uploaded CSV's text: UTF-8, or the encoding its byte-order mark names. Anything else is
+    refused naming the line (ValueError: why): Excel's usual "CSV" is Windows-1252, and read as UTF-8
+    with replacements a name like Müller would go to every recipient as M\ufffdller; guessed, it
+    could be any of a dozen encodings."""
+    encoding, body = "utf-8", data
+    for mark, named in _BYTE_ORDER_MARKS:
+        if data.startswith(mark):
+            encoding, body = named, data[len(mark) :]
+            break
+    try:
+        return body.decode(encoding)
+    except UnicodeDecodeError as exc:
+        line = body[: exc.start].decode(encoding, errors="replace").count("\n") + 1
+        raise ValueError(f"line {line} is not {encoding.upper()} text") from None
+
+
 async def _bulk_form(request: Request, user: SessionUser) -> dict[str, Any]:
     """The fields of the bulk form (urlencoded, or multipart with the CSV file), CSRF checked."""
     content_type = request.headers.get("content-type", "")
@@ -106,7 +146,10 @@ async def _bulk_form(request: Request, user: SessionUser) -> dict[str, Any]:
                 if len(data) > MAX_UPLOAD_BYTES:
                     raise FormRefused(f"the CSV file is larger than {MAX_UPLOAD_BYTES // 1024} KiB")
                 if data:
-                    fields[name] = data.decode("utf-8-sig", errors="replace")
+                    try:
+                        fields[name] = decode_csv(data)
+                    except ValueError as exc:  # refused with the form's other checks
+                        fields[CSV_UNREADABLE] = str(exc)
             else:
                 fields[name] = value
         fields = checked_fields(fields)
@@ -162,6 +205,8 @@ def _inbox_of(fields: dict[str, Any]) -> int:
 
 
 def _request_of(fields: dict[str, Any], variables: list[str]) -> SendBulkRequest:
+    if fields.get(CSV_UNREADABLE):
+        raise unreadable_csv(str(fields[CSV_UNREADABLE]))
     name, _, language = str(fields.get("template", "")).partition("|")
     shared = {k.removeprefix("var:"): str(v) for k, v in fields.items() if k.startswith("var:") and v}
     text = str(fields.get("csv_file") or fields.get("recipients") or "")
