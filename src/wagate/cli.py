@@ -1,4 +1,5 @@
-"""The `wagate` command: serve, worker, migrate, provision, templates sync, dead-letters, simulator."""
+"""The `wagate` command: serve, worker, migrate, provision, templates sync, dead-letters, secrets, users
+sign-out, simulator."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ secrets_app = typer.Typer(
     help="The keys that encrypt channel tokens and webhook/callback secrets at rest (docs/operations.md).",
 )
 app.add_typer(secrets_app, name="secrets")
+users_app = typer.Typer(no_args_is_help=True, help="Dashboard users.")
+app.add_typer(users_app, name="users")
 
 
 def _logging(settings: Settings) -> None:
@@ -185,6 +188,31 @@ def secrets_rotate(
         typer.echo("Only one key is configured: put the new key first, the old one after it.", err=True)
     if result["left_behind"]:
         raise typer.Exit(1)
+
+
+@users_app.command("sign-out")
+def users_sign_out(email: Annotated[str, typer.Argument(help="The user's email.")]) -> None:
+    """End every dashboard session of the user (a lost laptop, a leaked cookie): their open pages must
+    sign in again, in every process. Prints how many sessions ended; exits 1 for an unknown email."""
+    from wagate.accounts.service import UserNotFound, sign_out_everywhere
+    from wagate.db import Database
+
+    settings = get_settings()
+    _logging(settings)
+
+    async def run() -> int:
+        db = Database(settings.database_url, pool_size=2)
+        try:
+            return await sign_out_everywhere(db, email=email)
+        finally:
+            await db.dispose()
+
+    try:
+        ended = asyncio.run(run())
+    except UserNotFound:
+        typer.echo(f"No user has the email {email}.", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(json.dumps({"email": email.strip().lower(), "sessions_ended": ended}))
 
 
 @app.command()

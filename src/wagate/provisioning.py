@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from wagate.accounts.actors import record_change
 from wagate.accounts.models import Account, ApiKey, Role, User
-from wagate.accounts.service import issue_api_key, revoke_api_key, set_token
+from wagate.accounts.service import end_sessions, issue_api_key, revoke_api_key, set_token
 from wagate.audit.models import PROVISIONING, SECRET_REPLACED, SECRET_SET, AuditAction
 from wagate.channels.models import Channel, ChannelMember
 from wagate.channels.service import record_membership
@@ -91,6 +91,8 @@ def _user(session: Session, account: Account, spec: UserSpec) -> User:
         raise ValueError(f"user {spec.email} already belongs to another account")
     elif not verify_password(spec.password, user.password_hash):
         user.password_hash = hash_password(spec.password)
+        # A new password ends the old one's sessions: whoever signed in with it is out, in every process.
+        end_sessions(session, user_id=user.id)
     user.name = spec.name
     user.role = Role(spec.role)
     session.flush()

@@ -21,7 +21,7 @@ from wagate.accounts.actors import By, record_change
 from wagate.accounts.auth import Principal
 from wagate.accounts.models import ApiKey, DashboardSession, Role, User
 from wagate.audit.models import AuditAction
-from wagate.db import detached, utcnow
+from wagate.db import Database, detached, utcnow
 from wagate.deps import Gateway
 from wagate.errors import Conflict, InvalidRequest, NotFound, RateLimited, Unauthorized
 from wagate.security import (
@@ -367,6 +367,28 @@ async def session_user(gateway: Gateway, token: str) -> SessionUser | None:
     user: User = row[0]
     principal = Principal(api_key_id=None, user_id=user.id, account_id=user.account_id, role=user.role)
     return SessionUser(principal, user.name, user.email, row[1])
+
+
+def end_sessions(session: Session, *, user_id: int) -> int:
+    """Sign the user out everywhere: every dashboard session of theirs ends (a password change, or an
+    operator's `wagate users sign-out`); their cookies sign no one in from the next request, in every
+    process. Returns how many sessions ended."""
+    ended = session.execute(delete(DashboardSession).where(DashboardSession.user_id == user_id))
+    return int(getattr(ended, "rowcount", 0) or 0)
+
+
+async def sign_out_everywhere(db: Database, *, email: str) -> int:
+    """`wagate users sign-out EMAIL`: end every session of the user with this email (UserNotFound when
+    there is none). Returns how many ended."""
+
+    def unit(session: Session) -> int:
+        user_id = session.scalar(select(User.id).where(User.email == email.strip().lower()))
+        if user_id is None:
+            raise UserNotFound()
+        return end_sessions(session, user_id=user_id)
+
+    ended: int = await db.write(unit)
+    return ended
 
 
 async def sign_out(gateway: Gateway, token: str) -> None:
