@@ -239,6 +239,18 @@ def signed_in(
 # --- Meta's webhooks, signed as Meta signs them ---------------------------------------------------
 
 
+@contextmanager
+def held_template_sends(sim: Simulator) -> Iterator[None]:
+    """The simulator holds every marketing and utility template send (template pacing) until it is
+    released by hand; afterwards it holds none and lets every held send go."""
+    sim.configure(hold_template_sends=True, held_release_seconds=None)
+    try:
+        yield
+    finally:
+        sim.configure(hold_template_sends=False, held_release_seconds=5.0)
+        sim.http.post(f"{sim.url}/_sim/held/release", json={}).raise_for_status()
+
+
 def sim_customer(gateway: Gateway, **body: Any) -> dict[str, Any]:
     """The simulator's customer on the main channel (made when new): {phone_number, wa_id, user_id,
     username}."""

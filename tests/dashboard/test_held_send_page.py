@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import Page, expect
 from test_dashboard_conversations import conversation_of, sign_in
 
-from support import Gateway, new_number, wait_for
+from support import Gateway, held_template_sends, new_number, wait_for
 
 ORDER = {"name": "order_update", "language": "en", "parameters": ["A-1", "shipped"]}
 HELD_WORDS = "Held by Meta for a quality check"
@@ -22,12 +22,9 @@ SHOTS = os.environ.get("WAGATE_SCREENSHOTS")
 
 @pytest.fixture
 def pacing(gateway: Gateway) -> Iterator[None]:
-    gateway.sim.configure(hold_template_sends=True, held_release_seconds=None)
-    try:
+    """The simulator holds template sends until the test releases them."""
+    with held_template_sends(gateway.sim):
         yield
-    finally:
-        gateway.sim.configure(hold_template_sends=False, held_release_seconds=5.0)
-        gateway.sim.http.post(f"{gateway.sim.url}/_sim/held/release", json={}).raise_for_status()
 
 
 def no_sideways_scroll(page: Page) -> bool:

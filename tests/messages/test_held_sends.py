@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from app_in_thread import sql
-from support import Gateway, new_number, wait_for
+from support import Gateway, held_template_sends, new_number, wait_for
 
 ORDER = {"name": "order_update", "language": "en", "parameters": ["A-1", "shipped"]}
 HELD = "held_for_quality_assessment"
@@ -18,13 +18,9 @@ HELD = "held_for_quality_assessment"
 
 @pytest.fixture
 def pacing(gateway: Gateway) -> Iterator[None]:
-    """The simulator holds every marketing and utility template send until it is released by hand."""
-    gateway.sim.configure(hold_template_sends=True, held_release_seconds=None)
-    try:
+    """The simulator holds template sends until the test releases them."""
+    with held_template_sends(gateway.sim):
         yield
-    finally:
-        gateway.sim.configure(hold_template_sends=False, held_release_seconds=5.0)
-        gateway.sim.http.post(f"{gateway.sim.url}/_sim/held/release", json={}).raise_for_status()
 
 
 def release(gateway: Gateway, number: str) -> None:
