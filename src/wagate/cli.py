@@ -238,7 +238,20 @@ def simulator(
 
 
 def main() -> None:
-    app()
+    from pydantic import ValidationError
+
+    try:
+        app()
+    except ValidationError as exc:
+        if exc.title != Settings.__name__:
+            raise
+        # A WAGATE_ variable the settings refuse: what is wrong, not a traceback.
+        for error in exc.errors():
+            message = error["msg"].removeprefix("Value error, ")
+            if error["loc"] and not message.startswith("WAGATE_"):
+                message = f"WAGATE_{str(error['loc'][0]).upper()}: {message}"
+            typer.echo(message, err=True)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from decimal import Decimal
 from functools import lru_cache
 from typing import Literal
@@ -96,6 +97,16 @@ class Settings(BaseSettings):
     # FastAPI's native OpenTelemetry (traces, metrics, logs through the global providers). Off by
     # default: even unconfigured it looks the providers up on every request.
     opentelemetry: bool = False
+    # The proxies whose X-Forwarded-For and X-Forwarded-Proto are believed (docs/security.md): addresses
+    # and networks (CIDR), comma-separated, or `*` for any peer; empty: none. A request from one of
+    # them takes the client address (the sign-in throttle counts per address) and the scheme (cookies
+    # are Secure over https) that the proxy forwards; from any other peer the headers are ignored.
+    # The default is uvicorn's: a proxy on the same machine.
+    trusted_proxies: str = "127.0.0.1,::1"
+    # `true`: the dashboard's cookies are always `Secure` (and named `__Host-...`), even for a request
+    # that reached the gateway over plain http (TLS ended by a proxy that is not trusted).
+    # `false`: Secure when the request came over https, directly or through a trusted proxy.
+    secure_cookies: bool = False
 
     @field_validator("database_url")
     @classmethod
@@ -106,6 +117,11 @@ class Settings(BaseSettings):
         if value.startswith(("postgresql://", "postgres://")):
             return "postgresql+psycopg://" + value.split("://", 1)[1]
         return value
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _check_trusted_proxies(cls, value: str) -> str:
+        return ",".join(trusted_proxy_list(value))
 
     @model_validator(mode="after")
     def _resolve_price_list(self) -> Settings:
@@ -124,6 +140,30 @@ class Settings(BaseSettings):
     @property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
+
+
+def trusted_proxy_list(value: str) -> list[str]:
+    """WAGATE_TRUSTED_PROXIES as uvicorn takes it (`forwarded_allow_ips`): each item an address or a
+    network, checked here, since uvicorn would take a misspelt one as a name no peer ever has and
+    trust no one without a word. A network keeps only its prefix (`10.0.0.7/8` is `10.0.0.0/8`)."""
+    items = [item.strip() for item in value.split(",") if item.strip()]
+    if "*" in items:
+        if len(items) > 1:
+            raise ValueError("WAGATE_TRUSTED_PROXIES: `*` trusts every peer, give it alone")
+        return items
+    checked = []
+    for item in items:
+        try:
+            if "/" in item:
+                checked.append(str(ipaddress.ip_network(item, strict=False)))
+            else:
+                checked.append(str(ipaddress.ip_address(item)))
+        except ValueError:
+            raise ValueError(
+                f"WAGATE_TRUSTED_PROXIES: {item[:60]!r} is neither an IP address nor a network (CIDR, e.g. "
+                "172.18.0.0/16); give them separated by commas, `*` for any peer, or nothing for none"
+            ) from None
+    return checked
 
 
 @lru_cache(maxsize=1)

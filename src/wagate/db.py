@@ -31,11 +31,12 @@ import asyncio
 import inspect
 import json
 import logging
+import os
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -64,7 +65,7 @@ from sqlalchemy import (
     true,
 )
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.engine import Dialect
+from sqlalchemy.engine import Dialect, make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Session
@@ -242,6 +243,20 @@ def sqlite_path(url: str) -> Path | None:
         return None
     path = url.split(":///", 1)[1] if ":///" in url else ""
     return Path(path) if path and path != ":memory:" else None
+
+
+def create_sqlite_file(url: str) -> None:
+    """Create the SQLite database file of `url`, with its directory, when it does not exist yet:
+    readable and writable by its owner only (0600), not as a lax umask would make it. SQLite gives the
+    database's mode to the -wal, -shm and journal files it makes beside it. An in-memory database has
+    no file."""
+    parsed = make_url(url)
+    path = parsed.database
+    if not path or path == ":memory:" or path.startswith("file:") or parsed.query.get("uri") == "true":
+        return
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with suppress(FileExistsError):  # SQLite opens what is there (another process may have made it)
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
 def _configure_sqlite(engine: AsyncEngine | Engine, *, begin: str, autocheckpoint: bool = True) -> None:
@@ -503,9 +518,7 @@ class Database:
         self.url = url
         self.is_sqlite = url.startswith("sqlite")
         if self.is_sqlite:
-            path = sqlite_path(url)
-            if path is not None:
-                path.parent.mkdir(parents=True, exist_ok=True)
+            create_sqlite_file(url)
             self.engine = create_async_engine(url, pool_size=pool_size, max_overflow=0, **ENGINE_OPTIONS)
             _configure_sqlite(self.engine, begin="BEGIN")
             # IMMEDIATE takes the write lock up front, so a second process (a CLI command beside

@@ -9,7 +9,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 
-from wagate.db import sqlite_path
+from wagate.db import create_sqlite_file
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -28,9 +28,8 @@ def alembic_config(url: str) -> Config:
 
 def migrate(url: str) -> None:
     logging.getLogger("alembic").setLevel(logging.WARNING)
-    path = sqlite_path(url)
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    if url.startswith("sqlite"):
+        create_sqlite_file(url)  # 0600 before Alembic's connection makes it with the umask's mode
     command.upgrade(alembic_config(url), "head")
 
 

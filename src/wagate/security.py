@@ -7,7 +7,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import os
 import secrets
+import time
 from pathlib import Path
 
 from argon2 import PasswordHasher
@@ -106,11 +108,7 @@ class SecretBox:
             return cls(secret_key)
         # The embedded default: a key made once and kept beside the database, readable only by us. The
         # file may hold several keys too (comma- or line-separated, the encrypting one first).
-        if not key_file.exists():
-            key_file.parent.mkdir(parents=True, exist_ok=True)
-            key_file.write_text(new_secret_key())
-            key_file.chmod(0o600)
-        return cls(key_file.read_text().strip())
+        return cls(read_or_create_key_file(key_file))
 
     def encrypt(self, plain: str) -> str:
         return self._fernet.encrypt(plain.encode()).decode()
@@ -138,6 +136,33 @@ class SecretBox:
             return self.decrypt(token) == plain
         except InvalidToken:
             return False
+
+
+def read_or_create_key_file(key_file: Path, *, wait_seconds: float = 5.0) -> str:
+    """The key(s) in `key_file`, made first when it does not exist: created 0600 (never readable by
+    others, not even for a moment) and exclusively, so two processes starting together cannot each
+    write a key of their own: the one that loses the race reads the winner's, once it is written."""
+    if not key_file.exists():
+        key_file.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass  # another process made it first: read theirs below
+        else:
+            with os.fdopen(fd, "w") as out:
+                out.write(new_secret_key())
+                out.flush()
+                os.fsync(out.fileno())
+    deadline = time.monotonic() + wait_seconds
+    while not (keys := key_file.read_text().strip()):
+        # Created and not written yet: another process is writing it now.
+        if time.monotonic() > deadline:
+            raise SecretKeyError(
+                f"the key file {key_file} is empty (a process died while making it?): delete it, if no "
+                "data was ever encrypted with it, or put the key back"
+            )
+        time.sleep(0.05)
+    return keys
 
 
 def secret_box_for(settings: Settings) -> SecretBox:

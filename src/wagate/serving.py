@@ -253,11 +253,15 @@ def uvicorn_options(settings: Settings) -> dict[str, Any]:
     """What every uvicorn server of the gateway runs with (`serve`, the sandbox, the tests)."""
     # Logging is the process's (wagate.logs.configure_logging): uvicorn neither installs handlers of its
     # own nor writes an access line, since `RequestLog` writes one per request, with its id.
+    # X-Forwarded-For and X-Forwarded-Proto are taken from the peers of WAGATE_TRUSTED_PROXIES only
+    # (uvicorn's ProxyHeadersMiddleware; its FORWARDED_ALLOW_IPS variable is not read).
     return {
         "http": guarded_protocol(settings),
         "log_level": settings.log_level,
         "log_config": None,
         "access_log": False,
+        "proxy_headers": bool(settings.trusted_proxies),
+        "forwarded_allow_ips": settings.trusted_proxies or None,
     }
 
 

@@ -26,9 +26,12 @@ from wagate.limits import CONTROL_CHARACTER, CONTROL_CHARACTER_ISSUE
 
 HERE = Path(__file__).parent
 STATIC = HERE / "static"
+# The cookies' base names: set, read and deleted through `set_cookie`, `read_cookie` and `delete_cookie`,
+# which name them `__Host-<base>` when they are Secure (`cookie_name`).
 SESSION_COOKIE = "wagate_session"
 # Before signing in there is no session: the sign-in form's token is checked against this cookie.
 LOGIN_CSRF_COOKIE = "wagate_login_csrf"
+SECURE_COOKIE_PREFIX = "__Host-"
 MAX_FORM_BYTES = 64 * 1024
 # Pages load only our own files: no inline script, nothing from elsewhere.
 SECURITY_HEADERS = {
@@ -87,14 +90,30 @@ def error_page(request: Request, error: WagateError) -> HTMLResponse:
 
 
 def secure_cookies(request: Request) -> bool:
-    """Cookies are `Secure` when the browser reached us over https (directly or through a proxy
-    uvicorn trusts, see --forwarded-allow-ips)."""
-    return request.url.scheme == "https"
+    """Cookies are `Secure` when the browser reached us over https (directly or through a proxy of
+    WAGATE_TRUSTED_PROXIES, whose X-Forwarded-Proto uvicorn believes), and always with
+    WAGATE_SECURE_COOKIES."""
+    return request.url.scheme == "https" or get_gateway(request).settings.secure_cookies
 
 
-def set_cookie(response: Response, request: Request, name: str, value: str, max_age: int) -> None:
+def cookie_name(request: Request, base: str) -> str:
+    """The name a cookie has in this request: `__Host-<base>` when it is Secure. A browser takes a
+    `__Host-` cookie only when Secure, with Path=/ and no Domain, so neither a plain-http page nor a
+    sibling subdomain can plant or overwrite it (a fixed session, a known CSRF token). Reading uses
+    the same rule: a Secure request never takes the cookie by its bare name."""
+    return SECURE_COOKIE_PREFIX + base if secure_cookies(request) else base
+
+
+def read_cookie(request: Request, base: str) -> str | None:
+    """The value of the cookie `base` (SESSION_COOKIE, LOGIN_CSRF_COOKIE) under its name in this request."""
+    return request.cookies.get(cookie_name(request, base))
+
+
+def set_cookie(response: Response, request: Request, base: str, value: str, max_age: int) -> None:
+    """Set the cookie `base` under its name in this request: HttpOnly, SameSite=Lax, Path=/, no
+    Domain, and Secure as `secure_cookies` says."""
     response.set_cookie(
-        name,
+        cookie_name(request, base),
         value,
         max_age=max_age,
         httponly=True,
@@ -104,9 +123,17 @@ def set_cookie(response: Response, request: Request, name: str, value: str, max_
     )
 
 
+def delete_cookie(response: Response, request: Request, base: str) -> None:
+    """Delete the cookie `base`: with the attributes it was set with, since a browser ignores a
+    `__Host-` cookie's deletion without Secure."""
+    response.delete_cookie(
+        cookie_name(request, base), path="/", secure=secure_cookies(request), httponly=True, samesite="lax"
+    )
+
+
 async def current_user(request: Request) -> SessionUser:
     """The signed-in user (kept on `request.state.user` for the templates), or SignInRequired."""
-    token = request.cookies.get(SESSION_COOKIE)
+    token = read_cookie(request, SESSION_COOKIE)
     gateway: Gateway = get_gateway(request)
     user = await session_user(gateway, token) if token else None
     if user is None:
