@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from wagate.api_docs import install_api_docs
 from wagate.audit.endpoints import router as audit_router
 from wagate.bulk.endpoints import router as bulk_router
 from wagate.channels.endpoints import router as channels_router
@@ -224,6 +225,9 @@ def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True)
         description=API_DESCRIPTION,
         generate_unique_id_function=operation_id,  # `send_message`, not `send_message_v1_accounts_...`
         lifespan=lifespan,
+        # FastAPI's pages load their scripts from a CDN; install_api_docs serves them from this origin.
+        docs_url=None,
+        redoc_url=None,
     )
     install_error_handlers(app)
     guard: dict[str, Any] = {
@@ -250,6 +254,7 @@ def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True)
         route for route in messages_router.routes if getattr(route, "endpoint", None) is send_message
     )
     install_dashboard(app)
+    install_api_docs(app)
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, Any]:
