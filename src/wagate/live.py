@@ -103,6 +103,20 @@ class LiveFeed:
             await self._ready.wait()
         return self._queue.popleft()
 
+    async def next_within(self, seconds: float) -> LiveChange | None:
+        """The next change, or None when none came within `seconds` (StopAsyncIteration once the feed
+        ended). A change that comes as the time runs out is kept for the next call."""
+        if not self._queue and not self._closed and seconds > 0:
+            self._ready.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(seconds):
+                    await self._ready.wait()
+        if self._queue:
+            return self._queue.popleft()
+        if self._closed:
+            raise StopAsyncIteration
+        return None
+
     @property
     def waiting(self) -> int:
         """Changes delivered and not yet taken."""

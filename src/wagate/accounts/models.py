@@ -66,3 +66,15 @@ class DashboardSession(Base):
     csrf_token: Mapped[str] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+
+
+class SignInCounter(Base):
+    """Sign-in attempts in a window, or an address an email signed in from (accounts/sign_in_limits.py).
+    The key is a SHA-256 digest of the kind with the email and/or the client address."""
+
+    __tablename__ = "sign_in_counters"
+
+    key_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(10))
+    window_started_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+    attempts: Mapped[int] = mapped_column(Integer)

@@ -6,21 +6,22 @@ functions, so a key is made, named and hashed in one place.
 
 from __future__ import annotations
 
-import asyncio
 import functools
-import math
 import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import and_, delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from wagate.accounts.actors import By, record_change
 from wagate.accounts.auth import Principal
 from wagate.accounts.models import ApiKey, DashboardSession, Role, User
+from wagate.accounts.passwords import password_checks
+from wagate.accounts.sign_in_limits import AttemptKeys, count_attempt, take_back_attempt
 from wagate.audit.models import AuditAction
+from wagate.channels.models import Channel, ChannelMember
 from wagate.db import Database, detached, utcnow
 from wagate.deps import Gateway
 from wagate.errors import Conflict, InvalidRequest, NotFound, RateLimited, Unauthorized
@@ -250,84 +251,30 @@ class SessionUser:
         return self.principal.role is Role.administrator
 
 
-class SignInThrottle:
-    """Failed sign-ins per email and per client address in this process: after the free failures in
-    `window` (5 for an email; 50 for an address, which a whole office may share), each further try
-    waits twice as long as the last (from 1 s up to `max_wait`). A success clears the email's count.
-    Per process: with N API processes an attacker gets N times the tries, still a few per minute
-    (docs/dashboard.md)."""
-
-    def __init__(
-        self,
-        *,
-        free_failures: int = 5,
-        free_client_failures: int = 50,
-        window: timedelta = timedelta(minutes=15),
-        max_wait: timedelta = timedelta(minutes=15),
-    ) -> None:
-        self.free_failures = free_failures
-        self.free_client_failures = free_client_failures
-        self.window = window
-        self.max_wait = max_wait
-        self._failures: dict[str, list[datetime]] = {}
-
-    def _recent(self, key: str, now: datetime) -> list[datetime]:
-        recent = [at for at in self._failures.get(key, []) if now - at < self.window]
-        if recent:
-            self._failures[key] = recent
-        else:
-            self._failures.pop(key, None)
-        return recent
-
-    def wait_seconds(self, keys: list[str], now: datetime) -> int:
-        """How long these keys must still wait before the next try (0: go ahead)."""
-        wait = 0.0
-        for key in keys:
-            recent = self._recent(key, now)
-            free = self.free_client_failures if key.startswith("client:") else self.free_failures
-            over = len(recent) - free
-            if over >= 0:
-                penalty = min(2.0**over, self.max_wait.total_seconds())
-                wait = max(wait, penalty - (now - recent[-1]).total_seconds())
-        return max(0, math.ceil(wait))
-
-    def failed(self, keys: list[str], now: datetime) -> None:
-        for key in keys:
-            self._recent(key, now)
-            self._failures.setdefault(key, []).append(now)
-        if len(self._failures) > 100_000:  # a flood of made-up emails: forget the oldest half
-            for key in list(self._failures)[:50_000]:
-                del self._failures[key]
-
-    def succeeded(self, key: str) -> None:
-        self._failures.pop(key, None)
-
-
-async def sign_in(
-    gateway: Gateway, *, email: str, password: str, client: str, throttle: SignInThrottle
-) -> SignedIn:
+async def sign_in(gateway: Gateway, *, email: str, password: str, client: str) -> SignedIn:
     """A dashboard session for the user with this email and password (API.md section 12): 401
-    `wrong_credentials` for either wrong, 429 `rate_limited` after repeated failures."""
+    `wrong_credentials` for either wrong, 429 `rate_limited` with `Retry-After` past the limits of
+    accounts/sign_in_limits.py, counted before the password is checked."""
     email = email.strip().lower()
-    keys = [f"email:{email}", f"client:{client}"]
+    keys = AttemptKeys.of(email, client)
     now = utcnow()
-    wait = throttle.wait_seconds(keys, now)
+    wait = await gateway.db.write(lambda session: count_attempt(session, keys, now))
     if wait:
         raise SignInThrottled(
             f"Too many failed sign-ins: try again in {wait} s.", headers={"Retry-After": str(wait)}
         )
     async with gateway.db.read() as session:
         user = await session.scalar(select(User).where(User.email == email))
-    stored = user.password_hash if user is not None else _no_user_hash()
-    # argon2 takes tens of milliseconds of CPU on purpose: off the event loop.
-    valid = await asyncio.to_thread(verify_password, password, stored)
-    if user is None or not valid:
-        throttle.failed(keys, now)
+    stored = user.password_hash if user is not None else None
+    # An unknown email is checked against a hash of no one, so that the answer takes as long.
+    valid = await password_checks.run(lambda: verify_password(password, stored or _no_user_hash()))
+    if user is None or stored is None or not valid:
         raise WrongCredentials()
-    throttle.succeeded(keys[0])
     token, csrf_token = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
     expires_at = now + SESSION_LIFETIME
-    new_hash = await asyncio.to_thread(hash_password, password) if password_needs_rehash(stored) else None
+    new_hash = (
+        await password_checks.run(lambda: hash_password(password)) if password_needs_rehash(stored) else None
+    )
     user_id = user.id
 
     def start(session: Session) -> None:
@@ -342,6 +289,7 @@ async def sign_in(
         )
         if new_hash is not None:  # an older scheme (scrypt): argon2id from now on
             session.execute(update(User).where(User.id == user_id).values(password_hash=new_hash))
+        take_back_attempt(session, keys, now)
         # Sessions that ran out are forgotten here: signing in is rare enough to carry it.
         session.execute(delete(DashboardSession).where(DashboardSession.expires_at < now))
 
@@ -367,6 +315,39 @@ async def session_user(gateway: Gateway, token: str) -> SessionUser | None:
     user: User = row[0]
     principal = Principal(api_key_id=None, user_id=user.id, account_id=user.account_id, role=user.role)
     return SessionUser(principal, user.name, user.email, row[1])
+
+
+@dataclass(frozen=True)
+class SessionInboxes:
+    """What a dashboard session may still see: until when, and the ids of its user's inboxes."""
+
+    user_id: int
+    expires_at: datetime
+    inbox_ids: frozenset[int]
+
+
+async def session_inboxes(gateway: Gateway, token: str) -> SessionInboxes | None:
+    """The session's end and its user's inboxes (channels of the user's account they are a member
+    of), in one query; None when the session is unknown, signed out or expired. The live stream
+    asks again every few seconds (wagate.dashboard.routes, LIVE_RECHECK_SECONDS)."""
+    inbox = and_(Channel.id == ChannelMember.channel_id, Channel.account_id == User.account_id)
+    async with gateway.db.read() as session:
+        rows = (
+            await session.execute(
+                select(User.id, DashboardSession.expires_at, Channel.id)
+                .join(DashboardSession, DashboardSession.user_id == User.id)
+                .outerjoin(ChannelMember, ChannelMember.user_id == User.id)
+                .outerjoin(Channel, inbox)
+                .where(
+                    DashboardSession.token_hash == hash_api_token(token),
+                    DashboardSession.expires_at > utcnow(),
+                )
+            )
+        ).all()
+    if not rows:
+        return None
+    inbox_ids = frozenset(row[2] for row in rows if row[2] is not None)
+    return SessionInboxes(rows[0][0], rows[0][1], inbox_ids)
 
 
 def end_sessions(session: Session, *, user_id: int) -> int:

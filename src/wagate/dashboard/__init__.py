@@ -9,7 +9,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 
-from wagate.accounts.service import SignInThrottle
 from wagate.dashboard import (
     bulk_pages,
     message_log,
@@ -28,7 +27,6 @@ NOT_PAGES = ("/v1/", "/webhooks/", "/openapi", "/docs", "/redoc")
 
 
 def install_dashboard(app: FastAPI) -> None:
-    app.state.sign_in_throttle = SignInThrottle()
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.include_router(router)
     for area in (settings_webhooks, settings_access, message_log, usage_pages, bulk_pages):

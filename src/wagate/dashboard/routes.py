@@ -5,7 +5,6 @@ Routes, labels and `data-` attributes are a contract: browser tests outside the 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -13,7 +12,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sse_starlette import EventSourceResponse
 
-from wagate.accounts.service import SESSION_LIFETIME, SessionUser, SignInThrottle, sign_in, sign_out
+from wagate.accounts.service import SESSION_LIFETIME, SessionUser, sign_in, sign_out
 from wagate.conversations.models import ConversationStatus
 from wagate.conversations.service import (
     change_conversation_status,
@@ -22,15 +21,18 @@ from wagate.conversations.service import (
     window_of,
 )
 from wagate.dashboard import views
+from wagate.dashboard.live_stream import live_events
 from wagate.dashboard.web import (
     LOGIN_CSRF_COOKIE,
     SESSION_COOKIE,
     FormRefused,
     check_csrf,
     current_user,
+    delete_cookie,
     error_page,
     new_login_csrf,
     posted_form,
+    read_cookie,
     read_form,
     render,
     safe_next,
@@ -39,18 +41,11 @@ from wagate.dashboard.web import (
 from wagate.deps import GatewayDep
 from wagate.errors import InvalidRequest, WagateError
 from wagate.limits import MAX_ID, parse_id
-from wagate.live import LiveKind
 from wagate.messages.schemas import SendMessageRequest
 from wagate.messages.service import accept_send
 
 router = APIRouter(include_in_schema=False)
 User = Annotated[SessionUser, Depends(current_user)]
-
-
-def throttle_of(request: Request) -> SignInThrottle:
-    """The app's sign-in throttle (one per app: made when the dashboard is installed)."""
-    throttle: SignInThrottle = request.app.state.sign_in_throttle
-    return throttle
 
 
 @router.get("/")
@@ -69,7 +64,7 @@ async def login_form(request: Request, next: str | None = None) -> HTMLResponse:
 @router.post("/login")
 async def login(request: Request, gateway: GatewayDep) -> Response:
     form = await read_form(request)
-    check_csrf(form.get("csrf_token"), request.cookies.get(LOGIN_CSRF_COOKIE))
+    check_csrf(form.get("csrf_token"), read_cookie(request, LOGIN_CSRF_COOKIE))
     target = safe_next(form.get("next"))
     client = request.client.host if request.client else "unknown"
     try:
@@ -78,7 +73,6 @@ async def login(request: Request, gateway: GatewayDep) -> Response:
             email=form.get("email", ""),
             password=form.get("password", ""),
             client=client,
-            throttle=throttle_of(request),
         )
     except WagateError as error:
         token = new_login_csrf()
@@ -91,22 +85,23 @@ async def login(request: Request, gateway: GatewayDep) -> Response:
             email=form.get("email", ""),
             error=error.message,
         )
+        response.headers.update(error.headers or {})  # Retry-After of a throttled sign-in
         set_cookie(response, request, LOGIN_CSRF_COOKIE, token, max_age=3600)
         return response
     signed = RedirectResponse(target, status_code=303)
     set_cookie(signed, request, SESSION_COOKIE, signed_in.token, int(SESSION_LIFETIME.total_seconds()))
-    signed.delete_cookie(LOGIN_CSRF_COOKIE, path="/")
+    delete_cookie(signed, request, LOGIN_CSRF_COOKIE)
     return signed
 
 
 @router.post("/logout")
 async def logout(request: Request, gateway: GatewayDep, user: User) -> RedirectResponse:
     await posted_form(request, user)
-    token = request.cookies.get(SESSION_COOKIE)
+    token = read_cookie(request, SESSION_COOKIE)
     if token:
         await sign_out(gateway, token)
     response = RedirectResponse("/login", status_code=303)
-    response.delete_cookie(SESSION_COOKIE, path="/")
+    delete_cookie(response, request, SESSION_COOKIE)
     return response
 
 
@@ -265,15 +260,7 @@ __all__ = ["FormRefused", "SendMessageRequest", "form_refused", "router"]
 async def live(request: Request, gateway: GatewayDep, user: User) -> EventSourceResponse:
     """Server-sent events: every change of a conversation of the user's inboxes, as JSON
     `{conversation_id, kind, inbound, conversation_status, message_id}`; the page fetches again what
-    it shows of that conversation. The browser's EventSource reconnects by itself."""
-    inbox_ids = {inbox.id for inbox in await views.inboxes_of(gateway, user)}
-
-    async def changes() -> AsyncIterator[dict[str, str]]:
-        async with gateway.live.subscribe(user.principal.account_id) as stream:
-            yield {"event": "ready", "data": "{}"}
-            async for change in stream:
-                # `reset`: changes may have been missed (a slow page, a lost LISTEN): reload all.
-                if change.kind == LiveKind.reset or change.channel_id in inbox_ids:
-                    yield {"event": "change", "data": views.live_event(change)}
-
-    return EventSourceResponse(changes(), ping=15, headers={"Cache-Control": "no-store"})
+    it shows of that conversation. The browser's EventSource reconnects by itself. The session and
+    the inboxes are checked again while it runs: a `signed_out` event ends it (live_stream.py)."""
+    changes = await live_events(gateway, user, read_cookie(request, SESSION_COOKIE) or "")
+    return EventSourceResponse(changes, ping=15, headers={"Cache-Control": "no-store"})

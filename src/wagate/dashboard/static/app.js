@@ -101,6 +101,12 @@
       if (here && change.conversation_id === here) refreshConversation();
       refreshList();
     });
+    // The session ended (signed out here or elsewhere, expired): no reconnecting; the page reloads
+    // and lands on the sign-in form.
+    source.addEventListener("signed_out", () => {
+      source.close();
+      window.location.reload();
+    });
     source.addEventListener("error", () => {
       if (banner) banner.hidden = false;
       if (source.readyState === EventSource.CLOSED) setTimeout(live, 2000);
