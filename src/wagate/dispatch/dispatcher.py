@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
-import socket
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -37,7 +35,7 @@ from wagate.outbox.errors import describe_error
 from wagate.outbox.isolation import log_failure, write_isolating
 from wagate.outbox.models import FastClaim, JobKind, JobState, OutboxJob
 from wagate.outbox.notify import listen_outbox
-from wagate.outbox.ownership import ownership_for
+from wagate.outbox.ownership import WORKER_ID, ownership_for, session_name
 from wagate.security import SecretBox
 from wagate.whatsapp.client import CloudApiClient
 
@@ -66,11 +64,13 @@ class Dispatcher:
         self.settings = settings
         self.client = client
         self.secret_box = secret_box
-        self.worker_id = f"{socket.gethostname()}:{os.getpid()}"
+        self.worker_id = WORKER_ID
         self.metrics = metrics or Metrics()
         self.deps = LaneDeps(db, settings, client, secret_box, self.lookups, self.worker_id, self.metrics)
         self.ownership = ownership_for(db.url)
         self.lanes: dict[int, ChannelLane] = {}
+        # The dispatchers alive at the last look (PostgreSQL; None: not looked yet).
+        self._live_sessions: set[str] | None = None
         self.started_at = time.monotonic()
         self._wake = asyncio.Event()
         self._lanes_needed = True
@@ -199,6 +199,8 @@ class Dispatcher:
         await self.ownership.close()
 
     async def _run(self) -> None:
+        # The locks' session first: from then on other dispatchers see this one alive, before it claims.
+        await self.ownership.live_sessions()
         periodic_ensured = False
         while True:
             try:
@@ -241,6 +243,7 @@ class Dispatcher:
             await self._start_lanes()
         if maintenance_due:
             self._last_maintenance = time.monotonic()
+            await self._release_dead_owners()
             # Sends orphaned by a crash are judged only once this process has listened for Meta's
             # webhooks for a whole grace period: before that, silence proves nothing.
             if time.monotonic() - self.started_at >= self.settings.unconfirmed_send_grace_seconds:
@@ -322,6 +325,37 @@ class Dispatcher:
             # Meta changed a template (paused, recategorised...): this process's sends see it at once,
             # other processes' when their cache's few seconds run out (wagate.cache).
             self.lookups.forget_templates()
+
+    async def _release_dead_owners(self) -> None:
+        """The rows of dispatchers known dead are not left to wait out their leases
+        (jobs.release_dead_owners). PostgreSQL: a dispatcher whose locks' session is gone (killed, its
+        machine lost); looked for at this process's start (every dispatcher may have died before it)
+        and whenever a session disappeared since the last look, one glance at `pg_stat_activity` a
+        second between. SQLite: one dispatcher runs, so rows stamped by another process at this one's
+        start are a dead process's."""
+        if self.ownership.sole:
+            if self._live_sessions is not None:
+                return
+            live: set[str] | None = set()
+        else:
+            live = await self.ownership.live_sessions()
+        if live is None:
+            return
+        vanished = self._live_sessions is None or bool(self._live_sessions - live)
+        self._live_sessions = live
+        if not vanished:
+            return
+        now = utcnow()
+        async with self.db.read() as session:
+            owners = await session.run_sync(lambda s: jobs.claimed_by(s, now))
+        dead = {owner for owner in owners if owner != self.worker_id and session_name(owner) not in live}
+        if not dead:
+            return
+        grace_until = now + timedelta(seconds=self.settings.unconfirmed_send_grace_seconds)
+        released = await self.db.write(
+            partial(jobs.release_dead_owners, dead=dead, now=now, grace_until=grace_until), first=True
+        )
+        log.info("%d outbox rows of %d dead dispatchers released without their leases", released, len(dead))
 
     async def _release_unconfirmed(self, subscriptions: Subscriptions, *, webhooks_before: datetime) -> None:
         """Settle sends whose outcome stayed unknown too long (see sends.release_unconfirmed), except

@@ -6,15 +6,16 @@ import functools
 import logging
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import BindParameter, Integer, Update, bindparam, delete, select, update
+from sqlalchemy import BindParameter, Integer, Update, bindparam, case, delete, func, literal, select, update
 from sqlalchemy.orm import Session
 
+from wagate.accounts.sign_in_limits import purge_stale_counters
 from wagate.bulk.repository import purge_expired_batches
 from wagate.channels.models import Channel
-from wagate.db import Database, Mergeable, utcnow
+from wagate.db import Database, Mergeable, UTCDateTime, dialect_name, utcnow
 from wagate.dispatch.sends import settle_sends
 from wagate.events.deliveries import purge_finished
 from wagate.events.subscriptions import Subscriptions
@@ -168,6 +169,47 @@ def take_over_webhooks(session: Session, channel_ids: Collection[int], worker_id
         )
         .values(locked_by=None, locked_until=None)
     )
+
+
+def claimed_by(session: Session, now: datetime) -> set[str]:
+    """Every process that holds outbox rows under a lease that still runs (`locked_by`)."""
+    owners = session.scalars(
+        select(OutboxJob.locked_by)
+        .where(OutboxJob.locked_by.is_not(None), OutboxJob.locked_until > now)
+        .distinct()
+    )
+    return {owner for owner in owners if owner}
+
+
+def release_dead_owners(
+    session: Session, dead: Collection[str], *, now: datetime, grace_until: datetime
+) -> int:
+    """The rows of dispatchers known dead (their locks' session is gone: outbox/ownership.py) without
+    waiting out their leases: stored Meta webhooks, event deliveries and reports may be taken at once
+    (applied again, posted again with the same `webhook-id`: both allowed); a send that was in flight
+    is judged as orphaned from `grace_until` on (the kill plus the grace period, in which Meta's status
+    for a call made before the kill arrives), not a whole lease on. A send whose outcome a live
+    process learned as unknown (`unconfirmed`) keeps its own grace."""
+    earlier = func.least if dialect_name(session) == "postgresql" else func.min  # SQLite's scalar min
+    result = session.execute(
+        update(OutboxJob)
+        .where(
+            OutboxJob.locked_by.in_(list(dead)),
+            OutboxJob.locked_until > now,
+            OutboxJob.state != JobState.unconfirmed,
+        )
+        .values(
+            locked_until=case(
+                (
+                    OutboxJob.kind == JobKind.send_message,
+                    earlier(OutboxJob.locked_until, literal(grace_until, UTCDateTime)),
+                ),
+                else_=literal(now, UTCDateTime),
+            )
+        )
+        .execution_options(synchronize_session=False)
+    )
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 
 def retry_or_bury(session: Session, job: ClaimedJob, error: str) -> None:
@@ -410,6 +452,9 @@ async def run_periodic_job(
         older_than = utcnow() - delivery_retention
         # In slices, so that a large backlog never makes one long transaction.
         while await db.write(lambda session: purge_finished(session, older_than=older_than)):
+            pass
+        now = utcnow()
+        while await db.write(lambda session: purge_stale_counters(session, now)):
             pass
         parked_before = utcnow() - PARKED_STATUS_MAX_AGE
         while await db.write(lambda session: purge_parked_statuses(session, older_than=parked_before)):

@@ -34,13 +34,36 @@ log = logging.getLogger(__name__)
 
 # The first half of the two-int advisory lock key: wagate's channel locks, apart from anyone else's.
 LOCK_CLASS = 0x77A6
-APPLICATION_NAME = f"wagate-locks {os.getpid()}@{socket.gethostname()}"[:63]  # PostgreSQL keeps 63 bytes
-# Another process's sends of the channel, claimed or renewed within their lease (outbox/models.py).
+# What a dispatcher stamps on the outbox rows it claims (`locked_by`).
+WORKER_ID = f"{socket.gethostname()}:{os.getpid()}"
+SESSION_PREFIX = "wagate-locks "
+
+
+def session_name(worker_id: str) -> str:
+    """The name of the locks' session of the dispatcher that stamps `worker_id` (PostgreSQL keeps 63
+    bytes of it: cut the same way on both sides, a long host name still matches)."""
+    host, _, pid = worker_id.rpartition(":")
+    return f"{SESSION_PREFIX}{pid}@{host}"[:63]
+
+
+APPLICATION_NAME = session_name(WORKER_ID)
+LIVE_SESSIONS = """
+    SELECT application_name FROM pg_stat_activity
+    WHERE datname = current_database() AND application_name LIKE 'wagate-locks %'
+"""
+# Another live process's sends of the channel, claimed or renewed within their lease (outbox/models.py):
+# a dead one's calls ended with it (its locks' session, named as `session_name` makes it, is gone).
 CLAIMED_ELSEWHERE = """
     SELECT EXISTS (
         SELECT 1 FROM outbox
         WHERE kind = 'send_message' AND channel_id = %s AND state IN ('in_flight', 'unconfirmed')
           AND locked_until > %s
+          AND EXISTS (
+              SELECT 1 FROM pg_stat_activity
+              WHERE datname = current_database()
+                AND application_name = left('wagate-locks ' || substring(locked_by from '[^:]*$') || '@'
+                                            || regexp_replace(locked_by, ':[^:]*$', ''), 63)
+          )
     )
 """
 
@@ -61,6 +84,11 @@ class ChannelOwnership(Protocol):
         ago (asked once per taking: the answer is forgotten)."""
         ...
 
+    async def live_sessions(self) -> set[str] | None:
+        """The names of the locks' sessions of every dispatcher alive now (`session_name`); None
+        when that cannot be known (one process, or the locks' connection is away)."""
+        ...
+
     async def close(self) -> None: ...
 
 
@@ -79,6 +107,9 @@ class SingleProcessOwnership:
 
     def taken_over(self, channel_id: int) -> bool:
         return False  # no other process sends
+
+    async def live_sessions(self) -> set[str] | None:
+        return None
 
     async def close(self) -> None:
         self.held.clear()
@@ -147,6 +178,15 @@ class AdvisoryLockOwnership:
 
     def held_elsewhere(self, channel_id: int) -> bool:
         return channel_id in self.refused
+
+    async def live_sessions(self) -> set[str] | None:
+        try:
+            conn = await self._connection()
+            cursor = await conn.execute(LIVE_SESSIONS)
+            return {str(row[0]) for row in await cursor.fetchall()}
+        except psycopg.Error as exc:  # the next `acquire` finds the connection gone and deals with it
+            log.warning("cannot tell which dispatchers are alive (%r)", exc)
+            return None
 
     def taken_over(self, channel_id: int) -> bool:
         if channel_id in self.handed_over:
