@@ -51,19 +51,13 @@ LIVE_SESSIONS = """
     SELECT application_name FROM pg_stat_activity
     WHERE datname = current_database() AND application_name LIKE 'wagate-locks %'
 """
-# Another live process's sends of the channel, claimed or renewed within their lease (outbox/models.py):
-# a dead one's calls ended with it (its locks' session, named as `session_name` makes it, is gone).
+# Another process's sends of the channel, claimed or renewed within their lease (outbox/models.py).
+# A dead one's count too: it may have sent in the last second before it died, and Meta counts those.
 CLAIMED_ELSEWHERE = """
     SELECT EXISTS (
         SELECT 1 FROM outbox
         WHERE kind = 'send_message' AND channel_id = %s AND state IN ('in_flight', 'unconfirmed')
           AND locked_until > %s
-          AND EXISTS (
-              SELECT 1 FROM pg_stat_activity
-              WHERE datname = current_database()
-                AND application_name = left('wagate-locks ' || substring(locked_by from '[^:]*$') || '@'
-                                            || regexp_replace(locked_by, ':[^:]*$', ''), 63)
-          )
     )
 """
 
