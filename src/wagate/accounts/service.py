@@ -18,8 +18,8 @@ from sqlalchemy.orm import Session
 from wagate.accounts.actors import By, record_change
 from wagate.accounts.auth import Principal
 from wagate.accounts.models import ApiKey, DashboardSession, Role, User
-from wagate.accounts.passwords import password_checks
-from wagate.accounts.sign_in_limits import AttemptKeys, count_attempt, take_back_attempt
+from wagate.accounts.passwords import PasswordChecksBusy, password_checks
+from wagate.accounts.sign_in_limits import AttemptKeys, count_attempt, take_back_attempt, uncount_attempt
 from wagate.audit.models import AuditAction
 from wagate.channels.models import Channel, ChannelMember
 from wagate.db import Database, detached, utcnow
@@ -267,7 +267,11 @@ async def sign_in(gateway: Gateway, *, email: str, password: str, client: str) -
         user = await session.scalar(select(User).where(User.email == email))
     stored = user.password_hash if user is not None else None
     # An unknown email is checked against a hash of no one, so that the answer takes as long.
-    valid = await password_checks.run(lambda: verify_password(password, stored or _no_user_hash()))
+    try:
+        valid = await password_checks.run(lambda: verify_password(password, stored or _no_user_hash()))
+    except PasswordChecksBusy:
+        await gateway.db.write(lambda session: uncount_attempt(session, keys))
+        raise
     if user is None or stored is None or not valid:
         raise WrongCredentials()
     token, csrf_token = secrets.token_urlsafe(32), secrets.token_urlsafe(32)

@@ -128,6 +128,16 @@ def take_back_attempt(session: Session, keys: AttemptKeys, now: datetime) -> Non
     )
 
 
+def uncount_attempt(session: Session, keys: AttemptKeys) -> None:
+    """An attempt refused before its password was checked for a cause not its own (the checks' queue
+    was full): it counts against no limit."""
+    session.execute(
+        update(SignInCounter)
+        .where(SignInCounter.key_hash.in_([keys.pair, keys.client, keys.email]), SignInCounter.attempts > 0)
+        .values(attempts=SignInCounter.attempts - 1)
+    )
+
+
 PURGE_SLICE = 10_000
 
 
