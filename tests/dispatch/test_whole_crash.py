@@ -115,7 +115,10 @@ def message_states(database_url: str, ids: set[str]) -> Counter[str]:
 
 
 def test_every_dispatcher_killed_resumes_within_seconds_at_the_rate(
-    world: tuple[str, Simulator, dict[str, Any], dict[str, str], int], backend: str, tmp_path: Path
+    world: tuple[str, Simulator, dict[str, Any], dict[str, str], int],
+    backend: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
     database_url, simulator, channel, env, channel_id = world
     processes: list[ManagedProcess] = []
@@ -210,6 +213,7 @@ def test_every_dispatcher_killed_resumes_within_seconds_at_the_rate(
             f" {max_in_window([s['received_monotonic'] for s in sends])}; states {dict(states)}"
         )
         print(figures)
+        request.node.user_properties.append(("figures", figures))  # `make test` prints them at its end
         twice = [message for message, count in by_message.items() if count > 1]
         assert not twice, f"sent twice: {twice[:5]}"
         assert max_in_window([s["received_monotonic"] for s in sends]) <= RATE
