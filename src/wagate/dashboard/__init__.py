@@ -8,6 +8,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from wagate.dashboard import (
     bulk_pages,
@@ -26,7 +27,25 @@ __all__ = ["install_dashboard"]
 NOT_PAGES = ("/v1/", "/webhooks/", "/openapi", "/docs", "/redoc")
 
 
+class EmptyFiltersUnset:
+    """A filter form submitted as a person does sends every field, those left at their default ("All
+    inboxes", an empty search) as `inbox=` or `q=`: on every page that means the filter is not set.
+    Dropped from a page's query before the page reads it, so no page holds the rule (and a number
+    filter never refuses the form's own default)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        query: bytes = scope.get("query_string", b"") if scope["type"] == "http" else b""
+        if query and scope["method"] in ("GET", "HEAD") and not scope["path"].startswith(NOT_PAGES):
+            fields = [field for field in query.split(b"&") if field.partition(b"=")[2]]
+            scope = {**scope, "query_string": b"&".join(fields)}
+        await self.app(scope, receive, send)
+
+
 def install_dashboard(app: FastAPI) -> None:
+    app.add_middleware(EmptyFiltersUnset)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.include_router(router)
     for area in (settings_webhooks, settings_access, message_log, usage_pages, bulk_pages):
