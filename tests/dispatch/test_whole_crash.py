@@ -10,11 +10,9 @@ dispatcher is started (a `wagate worker` on PostgreSQL, a `wagate serve` on SQLi
 upstream timeout and grace period (a send's lease is 75 s), so that waiting out a dead owner's leases
 shows.
 
-Then: the first send comes within RESUME_LIMIT seconds of the new dispatcher running (ready); the sends
-the dead processes held in flight go (or settle) within a grace period of the new dispatcher running,
-not a whole lease after their claim (it knows the dead by their locks' sessions: outbox/ownership.py);
-while the backlog lasts the channel sends at its rate (at least RATE_SHARE of it); no 1 s window holds
-more than the rate (never two dispatchers pacing the channel); every accepted message reached the simulator
+Then: the first send comes within RESUME_LIMIT seconds of the new dispatcher running (ready); while the
+backlog lasts the channel sends at its rate (at least RATE_SHARE of it); no 1 s window holds more than
+the rate (never two dispatchers pacing the channel); every accepted message reached the simulator
 exactly once, except that a send whose outcome the dead processes never learned may end `failed`
 instead (DESIGN.md); none is left in the outbox. The clock is CLOCK_MONOTONIC, one for every process
 of the machine: the simulator stamps each send with it. The figures are printed (and recorded for
@@ -65,8 +63,6 @@ DEFAULT_TIMEOUTS = {
     "WAGATE_UPSTREAM_TIMEOUT_SECONDS": "15",
     "WAGATE_UNCONFIRMED_SEND_GRACE_SECONDS": str(GRACE),
 }
-# After the grace: a maintenance round, the release, the send itself.
-SETTLE_LIMIT = 8.0
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -222,10 +218,6 @@ def test_every_dispatcher_killed_resumes_within_seconds_at_the_rate(
         failed = states.get("failed", 0)
         assert len(never) <= failed, f"{len(never)} never sent, {failed} failed"
         assert resume <= RESUME_LIMIT, figures
-        # What the dead processes held in flight is judged a grace period after the new dispatcher is
-        # running (it must have listened for Meta's statuses that long), not a whole lease after the
-        # dead one's claim (the timeout more: 15 s).
-        assert after[-1] - ready <= GRACE + SETTLE_LIMIT, figures
         assert rate >= RATE * RATE_SHARE, figures
     finally:
         for process in processes:

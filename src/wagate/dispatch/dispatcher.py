@@ -327,12 +327,12 @@ class Dispatcher:
             self.lookups.forget_templates()
 
     async def _release_dead_owners(self) -> None:
-        """The rows of dispatchers known dead are not left to wait out their leases
-        (jobs.release_dead_owners). PostgreSQL: a dispatcher whose locks' session is gone (killed, its
-        machine lost); looked for at this process's start (every dispatcher may have died before it)
-        and whenever a session disappeared since the last look, one glance at `pg_stat_activity` a
-        second between. SQLite: one dispatcher runs, so rows stamped by another process at this one's
-        start are a dead process's."""
+        """The rows of dispatchers known dead that need not wait out their leases (stored Meta
+        webhooks, event deliveries, reports: jobs.release_dead_owners; sends keep theirs).
+        PostgreSQL: a dispatcher whose locks' session is gone (killed, its machine lost), looked for at
+        this process's start (every dispatcher may have died before it) and whenever a session
+        disappeared since the last look, one glance at `pg_stat_activity` a second between. SQLite: one
+        dispatcher runs, so rows stamped by another process at this one's start are a dead process's."""
         if self.ownership.sole:
             if self._live_sessions is not None:
                 return
@@ -351,10 +351,7 @@ class Dispatcher:
         dead = {owner for owner in owners if owner != self.worker_id and session_name(owner) not in live}
         if not dead:
             return
-        grace_until = now + timedelta(seconds=self.settings.unconfirmed_send_grace_seconds)
-        released = await self.db.write(
-            partial(jobs.release_dead_owners, dead=dead, now=now, grace_until=grace_until), first=True
-        )
+        released = await self.db.write(partial(jobs.release_dead_owners, dead=dead, now=now), first=True)
         log.info("%d outbox rows of %d dead dispatchers released without their leases", released, len(dead))
 
     async def _release_unconfirmed(self, subscriptions: Subscriptions, *, webhooks_before: datetime) -> None:

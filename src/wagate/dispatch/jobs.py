@@ -9,13 +9,13 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import BindParameter, Integer, Update, bindparam, case, delete, func, literal, select, update
+from sqlalchemy import BindParameter, Integer, Update, bindparam, delete, select, update
 from sqlalchemy.orm import Session
 
 from wagate.accounts.sign_in_limits import purge_stale_counters
 from wagate.bulk.repository import purge_expired_batches
 from wagate.channels.models import Channel
-from wagate.db import Database, Mergeable, UTCDateTime, dialect_name, utcnow
+from wagate.db import Database, Mergeable, utcnow
 from wagate.dispatch.sends import settle_sends
 from wagate.events.deliveries import purge_finished
 from wagate.events.subscriptions import Subscriptions
@@ -181,32 +181,21 @@ def claimed_by(session: Session, now: datetime) -> set[str]:
     return {owner for owner in owners if owner}
 
 
-def release_dead_owners(
-    session: Session, dead: Collection[str], *, now: datetime, grace_until: datetime
-) -> int:
-    """The rows of dispatchers known dead (their locks' session is gone: outbox/ownership.py) without
-    waiting out their leases: stored Meta webhooks, event deliveries and reports may be taken at once
-    (applied again, posted again with the same `webhook-id`: both allowed); a send that was in flight
-    is judged as orphaned from `grace_until` on (the kill plus the grace period, in which Meta's status
-    for a call made before the kill arrives), not a whole lease on. A send whose outcome a live
-    process learned as unknown (`unconfirmed`) keeps its own grace."""
-    earlier = func.least if dialect_name(session) == "postgresql" else func.min  # SQLite's scalar min
+def release_dead_owners(session: Session, dead: Collection[str], *, now: datetime) -> int:
+    """The rows of dispatchers known dead (their locks' session is gone: outbox/ownership.py) that may
+    be taken at once instead of after their leases: stored Meta webhooks, event deliveries and reports
+    (applied again, posted again with the same `webhook-id`: both allowed). A dead owner's sends keep
+    their leases: one in flight at the kill may have reached Meta, whose status can come as late as the
+    upstream timeout plus the grace period after the claim; judged a grace period after the kill, the
+    crash matrix saw sends go twice (4 of 300, serve and worker killed)."""
     result = session.execute(
         update(OutboxJob)
         .where(
             OutboxJob.locked_by.in_(list(dead)),
             OutboxJob.locked_until > now,
-            OutboxJob.state != JobState.unconfirmed,
+            OutboxJob.kind != JobKind.send_message,
         )
-        .values(
-            locked_until=case(
-                (
-                    OutboxJob.kind == JobKind.send_message,
-                    earlier(OutboxJob.locked_until, literal(grace_until, UTCDateTime)),
-                ),
-                else_=literal(now, UTCDateTime),
-            )
-        )
+        .values(locked_until=now)
         .execution_options(synchronize_session=False)
     )
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
