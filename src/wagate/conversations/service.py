@@ -36,6 +36,11 @@ class ConversationNotFound(NotFound):
     message = "No conversation with this id exists in the account."
 
 
+# The window's warnings: amber under 4 hours left, red under 1 (issue 46).
+WINDOW_CLOSING_SECONDS = 4 * 3600
+WINDOW_URGENT_SECONDS = 3600
+
+
 @dataclass(frozen=True)
 class Window:
     last_customer_message_at: datetime | None
@@ -51,6 +56,19 @@ class Window:
         if not self.open or self.expires_at is None:
             return 0
         return int((self.expires_at - self.now).total_seconds())
+
+    @property
+    def state(self) -> str:
+        """"open", "closing" (under 4 hours left: a reply should go now) or "closed" (templates
+        only), as the dashboard marks it (`data-window`, API.md section 12)."""
+        if not self.open:
+            return "closed"
+        return "closing" if self.seconds_remaining < WINDOW_CLOSING_SECONDS else "open"
+
+    @property
+    def urgent(self) -> bool:
+        """Under an hour left: the last chance to answer without a template."""
+        return self.open and self.seconds_remaining < WINDOW_URGENT_SECONDS
 
 
 def window_of(last_customer_message_at: datetime | None) -> Window:
