@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -60,6 +61,8 @@ def start_sandbox(workdir: Path, port: int) -> tuple[subprocess.Popen[str], dict
     if len(values) != len(found):
         process.kill()
         sys.exit(f"the sandbox did not start as expected:\n{banner}")
+    # Keep reading its log: a full pipe would stall the server mid-run.
+    threading.Thread(target=process.stderr.read, daemon=True).start()
     return process, values
 
 
@@ -107,6 +110,55 @@ def traffic(url: str, sandbox: dict[str, str]) -> None:
             },
         ).raise_for_status()
         time.sleep(2)
+        busy_day(http, api, headers, sandbox)
+
+
+# Customers who write on a busy day, in the languages the gateway's users serve (issue 46).
+CUSTOMERS = [
+    ("+994501000001", "Şəhla Məmmədova", "Salam! Sifarişim nə vaxt çatacaq?"),
+    ("+994501000002", "Elçin Həsənov", "Kodu almadım, yenidən göndərə bilərsiniz?"),  # noqa: RUF001
+    ("+994501000003", "Наталья Иванова", "Здравствуйте, где мой заказ? Номер A-1042."),
+    ("+994501000004", "Дмитрий Ковалёв", "Можно изменить адрес доставки?"),
+    ("+994501000005", "John Smith", "Hi, is the store open on Sunday?"),
+    ("+994501000006", "Gülnar Əliyeva", "Ödəniş keçmədi, nə etməliyəm?"),
+    ("+994501000007", None, "Hello?"),
+    ("+994501000008", "Ruslan Quliyev", "Təşəkkürlər, hər şey qaydasındadır."),  # noqa: RUF001
+]
+
+
+def busy_day(http: httpx.Client, api: str, headers: dict[str, str], sandbox: dict[str, str]) -> None:
+    """Customers waiting for an answer, one answered, and a long thread (63 messages)."""
+    channel = int(sandbox["channel"])
+    for number, name, text in CUSTOMERS:
+        inbound = {"phone_number_id": "100000000000001", "from": number, "text": text}
+        if name:
+            inbound["name"] = name
+        http.post(f"{sandbox['sim']}/_sim/inbound", json=inbound).raise_for_status()
+    time.sleep(1)
+    # Ruslan is answered; the others wait.
+    http.post(
+        api,
+        headers=headers,
+        json={"channel_id": channel, "phone_number": "+994501000008", "text": "Biz də təşəkkür edirik!"},
+    ).raise_for_status()
+    long_thread = "+994501000099"
+    for turn in range(32):
+        http.post(
+            f"{sandbox['sim']}/_sim/inbound",
+            json={
+                "phone_number_id": "100000000000001",
+                "from": long_thread,
+                "text": f"Question {turn + 1} about my order",
+                "name": "Leyla Rzayeva",
+            },
+        ).raise_for_status()
+        if turn < 31:
+            http.post(
+                api,
+                headers=headers,
+                json={"channel_id": channel, "phone_number": long_thread, "text": f"Answer {turn + 1}"},
+            ).raise_for_status()
+    time.sleep(2)
 
 
 def shoot(page: Page, url: str, name: str, out: Path) -> None:

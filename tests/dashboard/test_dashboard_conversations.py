@@ -151,7 +151,7 @@ def test_an_agent_reply_reaches_the_simulator_and_a_closed_window_offers_a_templ
     page.get_by_label("Reply").fill("Of course, one moment.")
     page.get_by_role("button", name="Send", exact=True).click()
     expect(page.locator(".message.outbound")).to_contain_text("Of course, one moment.")
-    expect(page.locator(".message.outbound .author")).to_have_text("Agent")
+    expect(page.locator(".message.outbound .author")).to_have_text("Acme Agent")  # the agent's name
     [sent] = wait_for(lambda: gateway.sim.messages(to=number.lstrip("+")) or None, what="the upstream call")
     assert sent["body"]["text"] == {"body": "Of course, one moment."}
     # A customer whose window is closed: no free text, a template picker instead.
@@ -159,7 +159,7 @@ def test_an_agent_reply_reaches_the_simulator_and_a_closed_window_offers_a_templ
     quiet_message = gateway.otp(quiet).json()["id"]
     page.goto(f"{gateway.url}/conversations/{conversation_of(gateway, quiet_message)}")
     expect(page.get_by_label("Reply")).to_be_hidden()
-    expect(page.get_by_text("The 24-hour window is closed")).to_be_visible()
+    expect(page.get_by_text("Window closed: only templates can be sent").last).to_be_visible()
     page.get_by_label("Template", exact=True).select_option(value="order_update|en")
     values = page.locator("fieldset:not([hidden])")
     values.get_by_label("Body {{1}}").fill("A-42")

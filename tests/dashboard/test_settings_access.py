@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import httpx
-from playwright.sync_api import Page, expect
+from playwright.sync_api import BrowserContext, Page, expect
 from test_sign_in import TOKEN, post_login
 
 from app_in_thread import sql
@@ -117,6 +117,29 @@ def test_a_key_created_in_the_browser_works_and_once_revoked_is_refused_at_once(
     expect(row.get_by_role("button", name="Revoke")).to_have_count(0)
     refused = channels_of(gateway, token)
     assert refused.status_code == 401, refused.text
+
+
+def test_a_new_key_is_copied_and_a_refused_name_keeps_the_focus_on_the_error(
+    page: Page, context: BrowserContext, gateway: Gateway
+) -> None:
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=gateway.url)
+    sign_in(page, gateway, "/settings/api-keys")
+    name = f"copy-{secrets.token_hex(3)}"
+    page.get_by_label("Name").fill(name)
+    page.get_by_role("button", name="Create API key").click()
+    expect(page.get_by_role("heading", name=re.compile("created"))).to_be_focused()
+    token = page.locator("[data-secret]").inner_text().strip()
+    page.get_by_role("button", name="Copy").click()
+    expect(page.locator('[data-copy-status="new-secret"]')).to_have_text("Copied")
+    assert page.evaluate("navigator.clipboard.readText()") == token
+    # The same name again is refused: the error has the focus, the name field follows it.
+    page.get_by_label("Name").fill(name)
+    page.get_by_role("button", name="Create API key").click()
+    alert = page.get_by_role("alert")
+    expect(alert).to_be_focused()
+    expect(page.get_by_label("Name")).to_have_attribute("aria-describedby", "key-error")
+    page.keyboard.press("Tab")
+    expect(page.get_by_label("Name")).to_be_focused()
 
 
 def test_a_key_for_an_agent_reaches_only_the_agents_inboxes(page: Page, gateway: Gateway) -> None:

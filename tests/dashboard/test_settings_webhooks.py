@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from cryptography.fernet import Fernet
-from playwright.sync_api import Locator, Page, expect
+from playwright.sync_api import BrowserContext, Locator, Page, expect
 from standardwebhooks import Webhook as Verifier
 
 from app_in_thread import gateway_with_app, running_gateway
@@ -180,6 +180,7 @@ def test_an_address_the_ssrf_guard_refuses_shows_the_error(
     expect(page.get_by_role("alert")).to_contain_text("not public")
     expect(page.get_by_label("Webhook URL")).to_have_value(inside)
     expect(page.get_by_label("Webhook URL")).to_have_attribute("aria-invalid", "true")
+    expect(page.get_by_label("Webhook URL")).to_be_focused()  # the field to correct, at hand
     expect(page.locator("[data-secret]")).to_have_count(0)
     assert webhook_with(gateway, inside, via=strict_gateway) is None
     # The other rules of the API hold as well: events, and URLs that cannot be connected to.
@@ -187,11 +188,40 @@ def test_an_address_the_ssrf_guard_refuses_shows_the_error(
     page.get_by_label("Message updated").uncheck()
     page.get_by_role("button", name="Create webhook").click()
     expect(page.get_by_role("alert")).to_have_text("Choose at least one event.")
+    expect(page.get_by_label("Message updated")).to_be_focused()
     page.get_by_label("Webhook URL").fill("ftp://93.184.215.14/hooks")
     page.get_by_label("Message created").check()
     page.get_by_role("button", name="Create webhook").click()
     expect(page.get_by_role("alert")).to_contain_text("http or https")
     expect(page.get_by_label("Message created")).to_be_checked()
+
+
+def test_copy_puts_the_secret_on_the_clipboard_and_says_so(
+    page: Page, context: BrowserContext, gateway: Gateway, receiver: Receiver
+) -> None:
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=gateway.url)
+    sign_in(page, gateway)
+    secret = add_in_browser(page, gateway, receiver.url("copied"), "Message updated")
+    # The focus lands on what was just made, the Copy button next to it.
+    expect(page.get_by_role("heading", name="Webhook created")).to_be_focused()
+    announced = page.locator('[data-copy-status="webhook-secret"]')
+    expect(announced).to_have_attribute("aria-live", "polite")
+    expect(announced).to_have_text("")
+    page.get_by_role("button", name="Copy").click()
+    expect(announced).to_have_text("Copied")
+    assert page.evaluate("navigator.clipboard.readText()") == secret
+
+
+def test_without_the_clipboard_copy_selects_the_secret(
+    page: Page, gateway: Gateway, receiver: Receiver
+) -> None:
+    # Plain http to a host name is not a secure context: no clipboard; the secret is selected instead.
+    page.add_init_script("Object.defineProperty(navigator, 'clipboard', { value: undefined })")
+    sign_in(page, gateway)
+    secret = add_in_browser(page, gateway, receiver.url("selected"), "Message updated")
+    page.get_by_role("button", name="Copy").click()
+    expect(page.locator('[data-copy-status="webhook-secret"]')).to_contain_text("Ctrl+C")
+    assert page.evaluate("window.getSelection().toString()").strip() == secret
 
 
 # Over HTTP: the actions one by one, the refusals.

@@ -32,6 +32,7 @@ from wagate.db import utcnow
 from wagate.deps import Gateway
 from wagate.errors import (
     BatchNotFound,
+    Conflict,
     InvalidPhoneNumber,
     MarketingPreferenceStopped,
     RateLimited,
@@ -266,11 +267,19 @@ def _as_given(phone_number: str | int) -> str:
 
 
 async def accept_batch(
-    gateway: Gateway, *, principal: Principal, request: SendBulkRequest, idem: IdempotentRequest | None
+    gateway: Gateway,
+    *,
+    principal: Principal,
+    request: SendBulkRequest,
+    idem: IdempotentRequest | None,
+    expected_sends: int | None = None,
 ) -> dict[str, Any]:
     """Accept a bulk send (API.md section 6): every check, then the batch, its recipients and every
     message with its send job in one transaction, then the channel's lane. The API and the dashboard
-    both send batches through this. Returns the 202 body, remembered with `idem` in that transaction."""
+    both send batches through this. Returns the 202 body, remembered with `idem` in that transaction.
+
+    `expected_sends`: the number of messages a preview showed; when the checks now give another
+    (a customer stopped marketing messages, the template was paused), 409 and nothing is stored."""
     batch = await prepare_batch(
         gateway.lookups,
         principal=principal,
@@ -278,6 +287,12 @@ async def accept_batch(
         settings=gateway.settings,
         secret_box=gateway.secret_box,
     )
+    if expected_sends is not None and len(batch.sends) != expected_sends:
+        raise Conflict(
+            f"The batch changed since its preview: {len(batch.sends)} messages would go now, not"
+            f" {expected_sends}. Preview it again.",
+            details=[{"field": "recipients", "issue": "changed since the preview"}],
+        )
     dispatcher = gateway.dispatcher
     note_request(batch_id=batch.batch_id, channel=batch.channel_id, messages=len(batch.sends))
 

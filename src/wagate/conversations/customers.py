@@ -31,6 +31,7 @@ from wagate.conversations.models import (
     CustomerId,
 )
 from wagate.conversations.repository import contacts_of_numbers, insert_customer_id, insert_customer_ids
+from wagate.conversations.search import contact_key
 from wagate.db import dialect_name, for_each_value, table_of, utcnow
 from wagate.whatsapp.payloads import CustomerRef
 
@@ -209,7 +210,12 @@ def _update_profile(
     name = sighting.name or contact.name
     username = sighting.username or contact.username
     if (name, username) != (contact.name, contact.username):
-        session.execute(update(Contact).where(Contact.id == contact_id).values(name=name, username=username))
+        # The search key with them, in the same statement (conversations/search.py).
+        session.execute(
+            update(Contact)
+            .where(Contact.id == contact_id)
+            .values(name=name, username=username, search_key=contact_key(name, username))
+        )
         contacts[contact_id] = contact._replace(name=name, username=username)
 
 

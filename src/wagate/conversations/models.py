@@ -3,9 +3,10 @@ from __future__ import annotations
 import enum
 from datetime import datetime
 
-from sqlalchemy import Boolean, Enum, ForeignKey, Index, Integer, String, UniqueConstraint
+from sqlalchemy import Boolean, Enum, ForeignKey, Index, Integer, String, UniqueConstraint, text
 from sqlalchemy.orm import Mapped, mapped_column
 
+from wagate.conversations.search import CONTACT_KEY_LENGTH
 from wagate.db import Base, UTCDateTime, utcnow
 
 CONTACT_NAME_LENGTH = 200
@@ -17,6 +18,11 @@ PHONE_NUMBER_LENGTH = 32
 # users) or Meta's AI agent, whose conversations Meta sends on the `standby` field.
 HANDLED_BY_APP = "app"
 HANDLED_BY_AGENT = "meta_business_agent"
+# The last message's text as the conversation list shows it (a preview: the thread has the whole),
+# and its folded form that search reads (conversations/search.py; folding may lengthen it a little).
+LAST_MESSAGE_LENGTH = 200
+LAST_MESSAGE_KEY_LENGTH = 250
+TEMPLATE_NAME_LENGTH = 512
 
 
 class ConversationStatus(enum.StrEnum):
@@ -40,6 +46,9 @@ class Contact(Base):
     # The profile name and the username as Meta last showed them.
     name: Mapped[str | None] = mapped_column(String(CONTACT_NAME_LENGTH), nullable=True)
     username: Mapped[str | None] = mapped_column(String(USERNAME_LENGTH), nullable=True)
+    # Name and username folded for the conversation list's search (conversations/search.py), written
+    # with them (`learn_customers`); a number is searched by its digits in `phone_number`.
+    search_key: Mapped[str | None] = mapped_column(String(CONTACT_KEY_LENGTH), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
@@ -85,6 +94,16 @@ class Conversation(Base):
         # user's inboxes (read in order, other inboxes skipped), or of one inbox.
         Index("ix_conversations_account_list", "account_id", "status", "last_activity_at", "id"),
         Index("ix_conversations_inbox_list", "channel_id", "status", "last_activity_at", "id"),
+        # "Needs reply": the conversations whose customer waits, longest first, of every status. Only
+        # those are indexed: a few among many, and a reply or an answer leaves the index again.
+        Index(
+            "ix_conversations_waiting",
+            "account_id",
+            "waiting_since",
+            "id",
+            sqlite_where=text("waiting_since IS NOT NULL"),
+            postgresql_where=text("waiting_since IS NOT NULL"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
@@ -101,3 +120,14 @@ class Conversation(Base):
     last_customer_message_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     last_activity_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # The last message, kept here where messages are written so that the list is one query a page
+    # (conversations/repository.py, `LastMessage`): its preview, folded for search, who wrote it
+    # (`customer`, `agent`, `api`, `template`, `meta_business_agent`), the template's name, the agent.
+    last_message_text: Mapped[str | None] = mapped_column(String(LAST_MESSAGE_LENGTH), nullable=True)
+    last_message_key: Mapped[str | None] = mapped_column(String(LAST_MESSAGE_KEY_LENGTH), nullable=True)
+    last_message_from: Mapped[str | None] = mapped_column(String(30), nullable=True)
+    last_message_author: Mapped[str | None] = mapped_column(String(TEMPLATE_NAME_LENGTH), nullable=True)
+    last_message_agent_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # Since when the customer waits for an answer: their first message after the last reply to them
+    # (Meta's time); empty once answered. What ends waiting: `ENDS_WAITING` in repository.py.
+    waiting_since: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)

@@ -7,21 +7,101 @@ from datetime import datetime
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Select, bindparam, func, null, select, tuple_
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    String,
+    bindparam,
+    case,
+    func,
+    literal,
+    literal_column,
+    null,
+    or_,
+    select,
+    tuple_,
+    union_all,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
+from wagate.accounts.models import User
 from wagate.channels.models import Channel
 from wagate.conversations.models import (
     HANDLED_BY_APP,
+    LAST_MESSAGE_KEY_LENGTH,
+    LAST_MESSAGE_LENGTH,
+    TEMPLATE_NAME_LENGTH,
     Contact,
     Conversation,
     ConversationStatus,
     CustomerId,
     MarketingPreference,
 )
+from wagate.conversations.search import fold, like_pattern, phone_digits, user_id_prefix
 from wagate.db import Base, detached, dialect_name, table_of, utcnow
+
+# Who wrote a conversation's last message (`Conversation.last_message_from`).
+FROM_CUSTOMER = "customer"
+FROM_AGENT = "agent"  # a dashboard user (an agent's reply, text or template)
+FROM_API = "api"  # a free-form message sent through the API: the company's system answering
+FROM_TEMPLATE = "template"  # a template sent through the API or in bulk (an OTP, a notification)
+FROM_META_AGENT = "meta_business_agent"  # Meta's AI agent, echoed on `standby` (API.md section 14)
+
+# What ends a customer's waiting (issue 46), the one place it is decided: a reply written to the
+# customer, by an agent in the dashboard, by the company's system as free text through the API, or
+# by Meta's AI agent while it holds the conversation. A template sent through the API or in bulk
+# (an OTP code, a notification) answers nothing: it resolves the conversation (spec section 3) but
+# the customer still waits, and "Needs reply" keeps showing them. A customer's message starts the
+# waiting when they were not waiting already; Meta's system notices (a user id change) do neither.
+ENDS_WAITING = frozenset({FROM_AGENT, FROM_API, FROM_META_AGENT})
+
+
+def written_by(*, inbound: bool, template: bool, agent_user_id: int | None, sent_by: str | None) -> str:
+    """Who wrote a message, as `last_message_from` records it."""
+    if inbound:
+        return FROM_CUSTOMER
+    if sent_by is not None:
+        return FROM_META_AGENT
+    if agent_user_id is not None:
+        return FROM_AGENT
+    return FROM_TEMPLATE if template else FROM_API
+
+
+@dataclass(frozen=True)
+class LastMessage:
+    """What a conversation keeps of its last message: what the list shows and search reads. A
+    template's text is not kept (it may carry a one-time code): the list names the template."""
+
+    written_by: str
+    text: str | None = None
+    template_name: str | None = None
+    agent_user_id: int | None = None
+
+    def columns(self) -> dict[str, Any]:
+        text = self.text
+        if text is not None and len(text) > LAST_MESSAGE_LENGTH:
+            text = text[: LAST_MESSAGE_LENGTH - 1] + "\u2026"
+        return {
+            "last_message_text": text,
+            "last_message_key": fold(text)[:LAST_MESSAGE_KEY_LENGTH] if text else None,
+            "last_message_from": self.written_by,
+            "last_message_author": self.template_name[:TEMPLATE_NAME_LENGTH] if self.template_name else None,
+            "last_message_agent_id": self.agent_user_id,
+        }
+
+
+def note_last_message(conversation: Conversation, last: LastMessage, *, at: datetime) -> None:
+    """A message written into a conversation loaded in the session (a customer's message, a reply of
+    Meta's AI agent): its last message, and whether the customer waits since `at` (see ENDS_WAITING)."""
+    for column, value in last.columns().items():
+        setattr(conversation, column, value)
+    if last.written_by == FROM_CUSTOMER:
+        if conversation.waiting_since is None:
+            conversation.waiting_since = at
+    elif last.written_by in ENDS_WAITING:
+        conversation.waiting_since = None
 
 
 def conversation_query(*, account_id: int, channel_id: int, phone_number: str) -> Select[Conversation]:
@@ -59,17 +139,40 @@ def _contact_upsert(statement: Any) -> Any:
     ).returning(contacts.c.id, contacts.c.phone_number)
 
 
+# The columns of the last message a send writes (`LastMessage.columns`).
+LAST_MESSAGE_COLUMNS = (
+    "last_message_text",
+    "last_message_key",
+    "last_message_from",
+    "last_message_author",
+    "last_message_agent_id",
+)
+
+
 def _conversation_upsert(statement: Any) -> Any:
-    """A send's conversation: made when new, else given the send's status and time; its id returned.
-    A send takes the conversation back from Meta's AI agent (API.md section 14; Meta: an app that
+    """A send's conversation: made when new, else given the send's status, time and last message;
+    its id returned. A reply ends the customer's waiting (ENDS_WAITING), a template leaves it. A
+    send takes the conversation back from Meta's AI agent (API.md section 14; Meta: an app that
     sends while on standby becomes the active handler): new rows get `app` from the column's default."""
     conversations = table_of(Conversation)
+    excluded = statement.excluded
     return statement.on_conflict_do_update(
         index_elements=[conversations.c.channel_id, conversations.c.contact_id],
         set_={
-            "status": statement.excluded.status,
-            "last_activity_at": statement.excluded.last_activity_at,
+            "status": excluded.status,
+            "last_activity_at": excluded.last_activity_at,
             "handled_by": HANDLED_BY_APP,
+            **{column: excluded[column] for column in LAST_MESSAGE_COLUMNS},
+            "waiting_since": case(
+                # Written into the SQL (constants of ours): a multi-row statement takes no list parameter.
+                (
+                    excluded.last_message_from.in_(
+                        [literal_column(f"'{by}'") for by in sorted(ENDS_WAITING)]
+                    ),
+                    null(),
+                ),
+                else_=conversations.c.waiting_since,
+            ),
         },
     ).returning(conversations.c.id, conversations.c.contact_id)
 
@@ -88,13 +191,18 @@ def contacts_and_conversations() -> Select[Any]:
     contacts' ids to the conversations' insert), for numbers given as one array: one round trip
     instead of two, and the same text for any number of sends, so it is parsed and planned once.
     Rows: (phone_number, contact id, conversation id); parameters: account_id, channel_id, numbers
-    (each once: one statement cannot update a row twice), status, now."""
+    (each once: one statement cannot update a row twice), status, now, and each number's last
+    message (`LastMessage.columns`) as one array per column, in the numbers' order."""
     contacts, conversations = table_of(Contact), table_of(Conversation)
     account_id = bindparam("account_id", type_=contacts.c.account_id.type)
     now = bindparam("now", type_=conversations.c.last_activity_at.type)
-    numbers = func.unnest(bindparam("numbers", type_=postgresql.ARRAY(contacts.c.phone_number.type)))
-    number = numbers.column_valued("number")
-    new_contacts = select(account_id, number, null(), now)
+    arrays = [bindparam("numbers", type_=postgresql.ARRAY(contacts.c.phone_number.type))] + [
+        bindparam(column, type_=postgresql.ARRAY(conversations.c[column].type))
+        for column in LAST_MESSAGE_COLUMNS
+    ]
+    # The arrays side by side (unnest of several arrays): a row per number with its last message.
+    sends = func.unnest(*arrays).table_valued("number", *LAST_MESSAGE_COLUMNS).render_derived("sends")
+    new_contacts = select(account_id, sends.c.number, null(), now)
     contact = _contact_upsert(
         postgresql.insert(contacts).from_select(
             ["account_id", "phone_number", "name", "created_at"], new_contacts
@@ -107,10 +215,19 @@ def contacts_and_conversations() -> Select[Any]:
         bindparam("status", type_=conversations.c.status.type),
         now,
         now,
-    ).select_from(contact)
+        *(sends.c[column] for column in LAST_MESSAGE_COLUMNS),
+    ).join_from(contact, sends, sends.c.number == contact.c.phone_number)
     conversation = _conversation_upsert(
         postgresql.insert(conversations).from_select(
-            ["account_id", "channel_id", "contact_id", "status", "last_activity_at", "created_at"],
+            [
+                "account_id",
+                "channel_id",
+                "contact_id",
+                "status",
+                "last_activity_at",
+                "created_at",
+                *LAST_MESSAGE_COLUMNS,
+            ],
             new_conversations,
         )
     ).cte("conversation")
@@ -346,10 +463,16 @@ def contacts_of_numbers(session: Session, *, account_id: int, phone_numbers: lis
 
 
 def touch_after_sends(
-    session: Session, *, account_id: int, channel_id: int, contact_ids: list[int], status: ConversationStatus
+    session: Session,
+    *,
+    account_id: int,
+    channel_id: int,
+    last_messages: dict[int, LastMessage],
+    status: ConversationStatus,
 ) -> dict[int, int]:
-    """Give each contact's conversation on the channel its status after an API send (made when new);
-    returns contact id -> conversation id. One statement for any number of them."""
+    """Give each contact's conversation on the channel its status after an API send (made when new)
+    and its last message (contact id -> the last send to them); returns contact id -> conversation
+    id. One statement for any number of them."""
     now = utcnow()
     conversation_upsert = _upserts(dialect_name(session))[1]
     rows = [
@@ -360,8 +483,9 @@ def touch_after_sends(
             "status": status.value,
             "last_activity_at": now,
             "created_at": now,
+            **last.columns(),
         }
-        for contact_id in dict.fromkeys(contact_ids)
+        for contact_id, last in last_messages.items()
     ]
     # Rows come back in no promised order: matched by contact.
     return {
@@ -412,6 +536,13 @@ class ConversationRow:
     username: str | None
     user_id: str | None
     handled_by: str = HANDLED_BY_APP  # or "meta_business_agent" (API.md section 14)
+    # The last message (see `LastMessage`): its preview, who wrote it (FROM_*), the template's name,
+    # the agent's name; and since when the customer waits for an answer (None: answered).
+    last_message_text: str | None = None
+    last_message_from: str | None = None
+    last_message_author: str | None = None
+    last_message_agent: str | None = None
+    waiting_since: datetime | None = None
 
 
 def _rows_query() -> Select[Any]:
@@ -435,10 +566,60 @@ def _rows_query() -> Select[Any]:
             Contact.username,
             user_id,
             Conversation.handled_by,
+            Conversation.last_message_text,
+            Conversation.last_message_from,
+            Conversation.last_message_author,
+            User.name,
+            Conversation.waiting_since,
         )
         .join(Contact, Contact.id == Conversation.contact_id)
         .join(Channel, Channel.id == Conversation.channel_id)
+        # The agent who wrote the last message, by primary key: their name as it is now.
+        .outerjoin(User, User.id == Conversation.last_message_agent_id)
     )
+
+
+def _matches(account_id: int, search: str) -> ColumnElement[bool] | None:
+    """A search's condition (conversations/search.py): the folded query in the contact's folded name
+    and username or in the folded last message; a query typed as a number also in the number's
+    digits (a leading trunk 0 of a local number aside), one typed as a user id as its start. None
+    when the query folds to nothing."""
+    folded = fold(search.strip())
+    if not folded.strip():
+        return None
+    pattern = like_pattern(folded)
+    conditions: list[ColumnElement[bool]] = [
+        Contact.search_key.like(pattern, escape="\\"),
+        Conversation.last_message_key.like(pattern, escape="\\"),
+    ]
+    digits = phone_digits(search)
+    if digits is not None:
+        conditions.append(Contact.phone_number.like(like_pattern(digits), escape="\\"))
+        if digits.startswith("0") and len(digits) > 3:
+            conditions.append(Contact.phone_number.like(like_pattern(digits[1:]), escape="\\"))
+    prefix = user_id_prefix(search)
+    if prefix is not None:
+        conditions.append(
+            Contact.id.in_(
+                select(CustomerId.contact_id).where(
+                    CustomerId.account_id == account_id,
+                    CustomerId.user_id.like(like_pattern(prefix)[1:], escape="\\"),
+                )
+            )
+        )
+    return or_(*conditions)
+
+
+# The list's views: a status tab, or "Needs reply" (every status, the customer waiting).
+NEEDS_REPLY = "needs_reply"
+
+
+def _scope(
+    query: Select[*tuple[Any, ...]], *, account_id: int, channel_ids: list[int], search: str | None
+) -> Select[*tuple[Any, ...]]:
+    query = query.where(Conversation.account_id == account_id, Conversation.channel_id.in_(channel_ids))
+    matches = _matches(account_id, search) if search else None
+    return query.where(matches) if matches is not None else query
 
 
 async def list_conversations(
@@ -446,7 +627,7 @@ async def list_conversations(
     *,
     account_id: int,
     channel_ids: list[int],
-    status: ConversationStatus,
+    status: ConversationStatus | str,
     search: str | None,
     before: tuple[datetime, int] | None,
     limit: int,
@@ -454,29 +635,52 @@ async def list_conversations(
     """One page of the conversations of these inboxes with this status, newest activity first;
     `before` is the (last_activity_at, id) of the last row of the page before (keyset paging, served
     by ix_conversations_account_list, or ix_conversations_inbox_list for one inbox, however many there
-    are)."""
+    are). `status` NEEDS_REPLY: those whose customer waits, of any status, longest waiting first,
+    `before` then being the (waiting_since, id) of the last row shown (ix_conversations_waiting)."""
     if not channel_ids:
         return []
-    query = _rows_query().where(
-        Conversation.account_id == account_id,
-        Conversation.channel_id.in_(channel_ids),
-        Conversation.status == status,
+    query = _scope(_rows_query(), account_id=account_id, channel_ids=channel_ids, search=search)
+    if status == NEEDS_REPLY:
+        query = query.where(Conversation.waiting_since.is_not(None))
+        if before is not None:
+            query = query.where(tuple_(Conversation.waiting_since, Conversation.id) > tuple_(*before))
+        query = query.order_by(Conversation.waiting_since, Conversation.id)
+    else:
+        query = query.where(Conversation.status == ConversationStatus(status))
+        if before is not None:
+            at, conversation_id = before
+            # A row value: both databases read it as a range of the index, not a scan.
+            query = query.where(
+                tuple_(Conversation.last_activity_at, Conversation.id) < tuple_(at, conversation_id)
+            )
+        query = query.order_by(Conversation.last_activity_at.desc(), Conversation.id.desc())
+    return [ConversationRow(*row) for row in await session.execute(query.limit(limit))]
+
+
+async def count_conversations(
+    session: AsyncSession, *, account_id: int, channel_ids: list[int], search: str | None
+) -> dict[str, int]:
+    """How many conversations each view of the list holds (each status, and NEEDS_REPLY), for these
+    inboxes and search: one statement. Without a search each part reads an index alone: the statuses
+    the list's index, the waiting ones ix_conversations_waiting (only the waiting are in it)."""
+    counts = {status.value: 0 for status in ConversationStatus} | {NEEDS_REPLY: 0}
+    if not channel_ids:
+        return counts
+
+    def scoped(*columns: Any) -> Select[*tuple[Any, ...]]:
+        query: Select[*tuple[Any, ...]] = select(*columns).select_from(Conversation)
+        if search:  # the contact's key is read only by a search
+            query = query.join(Contact, Contact.id == Conversation.contact_id)
+        return _scope(query, account_id=account_id, channel_ids=channel_ids, search=search)
+
+    view = Conversation.status.cast(String(20))  # a plain string, as NEEDS_REPLY is
+    by_status = scoped(view, func.count()).group_by(Conversation.status)
+    waiting = scoped(literal(NEEDS_REPLY, String(20)), func.count()).where(
+        Conversation.waiting_since.is_not(None)
     )
-    if search:
-        pattern = "%" + search.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-        query = query.where(
-            Contact.phone_number.like(pattern, escape="\\")
-            | func.lower(Contact.name).like(pattern.lower(), escape="\\")
-            | func.lower(Contact.username).like(pattern.lower(), escape="\\")
-        )
-    if before is not None:
-        at, conversation_id = before
-        # A row value: both databases read it as a range of the index, not a scan.
-        query = query.where(
-            tuple_(Conversation.last_activity_at, Conversation.id) < tuple_(at, conversation_id)
-        )
-    query = query.order_by(Conversation.last_activity_at.desc(), Conversation.id.desc()).limit(limit)
-    return [ConversationRow(*row) for row in await session.execute(query)]
+    for name, count in await session.execute(union_all(by_status, waiting)):
+        counts[name] = count
+    return counts
 
 
 async def conversation_row(

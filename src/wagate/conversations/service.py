@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -12,8 +12,10 @@ from wagate.accounts.auth import Principal
 from wagate.channels.service import channel_for_member, member_channels
 from wagate.conversations.models import Contact, Conversation, ConversationStatus
 from wagate.conversations.repository import (
+    NEEDS_REPLY,
     ConversationRow,
     conversation_row,
+    count_conversations,
     find_contact_conversation,
     find_conversation,
     find_customer,
@@ -21,6 +23,7 @@ from wagate.conversations.repository import (
     list_conversations,
     set_status,
 )
+from wagate.conversations.search import QUERY_LENGTH
 from wagate.db import utcnow
 from wagate.deps import Gateway
 from wagate.errors import NotFound
@@ -59,7 +62,7 @@ class Window:
 
     @property
     def state(self) -> str:
-        """"open", "closing" (under 4 hours left: a reply should go now) or "closed" (templates
+        """ "open", "closing" (under 4 hours left: a reply should go now) or "closed" (templates
         only), as the dashboard marks it (`data-window`, API.md section 12)."""
         if not self.open:
             return "closed"
@@ -69,6 +72,15 @@ class Window:
     def urgent(self) -> bool:
         """Under an hour left: the last chance to answer without a template."""
         return self.open and self.seconds_remaining < WINDOW_URGENT_SECONDS
+
+    @property
+    def closing_at(self) -> datetime | None:
+        """When the state turns "closing": a page counting down on its own changes at these times."""
+        return self.expires_at - timedelta(seconds=WINDOW_CLOSING_SECONDS) if self.expires_at else None
+
+    @property
+    def urgent_at(self) -> datetime | None:
+        return self.expires_at - timedelta(seconds=WINDOW_URGENT_SECONDS) if self.expires_at else None
 
 
 def window_of(last_customer_message_at: datetime | None) -> Window:
@@ -182,23 +194,41 @@ PAGE_SIZE = 50
 
 
 @dataclass(frozen=True)
+class ListedConversation:
+    """A row of the list with what it shows of the customer's state: the window, and how long the
+    customer has waited for an answer (None: answered; see `ENDS_WAITING`)."""
+
+    row: ConversationRow
+    window: Window
+    waiting_seconds: int | None
+
+
+@dataclass(frozen=True)
 class ConversationPage:
     rows: list[ConversationRow]
-    # (last_activity_at, id) of the last row when there are more: the next page starts after it.
+    # (last_activity_at, id) of the last row when there are more: the next page starts after it;
+    # in "Needs reply" (waiting_since, id).
     next_before: tuple[datetime, int] | None
+    listed: list[ListedConversation] = field(default_factory=list)
+    # How many conversations each view holds (each status, and NEEDS_REPLY) for the same inboxes
+    # and search.
+    counts: dict[str, int] = field(default_factory=dict)
 
 
 async def conversations_for(
     gateway: Gateway,
     *,
     principal: Principal,
-    status: ConversationStatus,
+    status: ConversationStatus | str,
     channel_id: int | None = None,
     search: str | None = None,
     before: tuple[datetime, int] | None = None,
 ) -> ConversationPage:
     """A page of the conversations of the caller's inboxes (of one inbox: 404 / 403 as for any use of
-    a channel), newest activity first."""
+    a channel), newest activity first, with the counts of every view; `status` NEEDS_REPLY: those
+    whose customer waits for an answer, of any status, longest waiting first. Three statements: the
+    inboxes, the page, the counts."""
+    search = search.strip()[:QUERY_LENGTH] if search and search.strip() else None
     async with gateway.db.read() as session:
         if channel_id is not None:
             channel_ids = [(await channel_for_member(session, principal=principal, channel_id=channel_id)).id]
@@ -209,13 +239,30 @@ async def conversations_for(
             account_id=principal.account_id,
             channel_ids=channel_ids,
             status=status,
-            search=search.strip() if search and search.strip() else None,
+            search=search,
             before=before,
             limit=PAGE_SIZE + 1,
         )
+        counts = await count_conversations(
+            session, account_id=principal.account_id, channel_ids=channel_ids, search=search
+        )
     more = len(rows) > PAGE_SIZE
     rows = rows[:PAGE_SIZE]
-    return ConversationPage(rows, (rows[-1].last_activity_at, rows[-1].id) if more else None)
+    now = utcnow()
+    listed = [
+        ListedConversation(
+            row,
+            window_of(row.last_customer_message_at),
+            max(0, int((now - row.waiting_since).total_seconds())) if row.waiting_since else None,
+        )
+        for row in rows
+    ]
+    next_before = None
+    if more:
+        last = rows[-1]
+        at = last.waiting_since if status == NEEDS_REPLY else last.last_activity_at
+        next_before = (at or last.last_activity_at, last.id)
+    return ConversationPage(rows, next_before, listed, counts)
 
 
 async def conversation_for(

@@ -22,7 +22,8 @@ from wagate.conversations.models import (
     CustomerId,
     MarketingPreference,
 )
-from wagate.conversations.repository import insert_customer_id
+from wagate.conversations.repository import LAST_MESSAGE_COLUMNS, insert_customer_id
+from wagate.conversations.search import contact_key
 from wagate.messages.models import Message
 
 
@@ -86,6 +87,11 @@ def _merge_contacts(session: Session, *, keep: int, absorb: int) -> None:
         )
         times = [t for t in (target.last_customer_message_at, moving.last_customer_message_at) if t]
         target.last_customer_message_at = max(times) if times else None
+        if moving.last_activity_at > target.last_activity_at:  # its last message is the later one
+            for column in LAST_MESSAGE_COLUMNS:
+                setattr(target, column, getattr(moving, column))
+        waiting = [t for t in (target.waiting_since, moving.waiting_since) if t]
+        target.waiting_since = min(waiting) if waiting else None  # unanswered in either: waits
         target.last_activity_at = max(target.last_activity_at, moving.last_activity_at)
         if target.status is ConversationStatus.resolved:
             target.status = moving.status  # a conversation someone must answer stays in sight
@@ -106,6 +112,7 @@ def _merge_contacts(session: Session, *, keep: int, absorb: int) -> None:
     number = gone.phone_number if survivor.phone_number is None else None
     survivor.name = survivor.name or gone.name
     survivor.username = survivor.username or gone.username
+    survivor.search_key = contact_key(survivor.name, survivor.username)
     session.delete(gone)
     session.flush()  # the number is free only once its contact is gone (one number, one contact)
     if number is not None:

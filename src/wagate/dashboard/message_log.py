@@ -31,7 +31,7 @@ from wagate.messages.models import MessageStatus, SentMessage
 from wagate.messages.pricing import message_cost_category
 from wagate.messages.schemas import format_amount
 from wagate.messages.service import FailureSeries, MessageFilters, failures_over_time, list_messages
-from wagate.whatsapp.explanations import code_of, explain
+from wagate.whatsapp.explanations import code_of
 
 router = APIRouter(include_in_schema=False)
 User = Annotated[SessionUser, Depends(current_user)]
@@ -152,7 +152,7 @@ def refusal_text(error: WagateError) -> str:
     if not details:
         return error.message
     return "; ".join(
-        f"{FIELD_LABELS.get(str(d.get('field')), str(d.get('field')))}: {d.get('issue')}" for d in details
+        f"{views.field_words(str(d.get('field')), FIELD_LABELS)}: {d.get('issue')}" for d in details
     )
 
 
@@ -169,9 +169,8 @@ class LogRow:
     template: str | None  # "otp_code", its language in `language`; else the text in `content`
     language: str | None
     content: str
-    error_code: int | None
-    error: str | None
-    error_title: str | None
+    error: str | None  # as stored (Meta's own title), for the cell's tooltip
+    error_name: views.FailureName | None  # what every page calls it
     cost: str
     conversation_id: int
     conversation_status: str
@@ -188,8 +187,6 @@ def log_row(sent: SentMessage, channels: dict[int, str]) -> LogRow:
     message = sent.message
     failed = message.status is MessageStatus.failed
     error = message.external_error if failed else None
-    code = code_of(error)
-    explanation = explain(code) if code is not None else None
     text = message.text or ""
     content = text if len(text) <= 80 else text[:79] + "…"
     return LogRow(
@@ -202,9 +199,8 @@ def log_row(sent: SentMessage, channels: dict[int, str]) -> LogRow:
         template=message.template_name,
         language=message.template_language,
         content=content,
-        error_code=code,
         error=error,
-        error_title=explanation.title if explanation else None,
+        error_name=views.failure_name(error),
         cost=f"{format_amount(0 if failed else message.cost_micros)} {message.cost_currency}",
         conversation_id=message.conversation_id,
         conversation_status=sent.conversation_status.value,
@@ -216,6 +212,11 @@ def log_row(sent: SentMessage, channels: dict[int, str]) -> LogRow:
 # --- the chart: failures per hour or day, stacked by reason; SVG drawn here, no library ---------------
 
 CHART_WIDTH, CHART_HEIGHT = 720, 240
+# The phone's drawing (CSS shows one of the two): half as wide, so that its 12-unit text stays about
+# 11 px on a 390 px screen instead of shrinking to 5, with fewer bars and day labels.
+NARROW_WIDTH = 360
+NARROW_LABELS, WIDE_LABELS = 3, 8
+NARROW_BARS = 31
 PLOT_LEFT, PLOT_RIGHT, PLOT_TOP, PLOT_BOTTOM = 44, 12, 14, 206
 MAX_BARS = 62
 SERIES = 5  # the most frequent reasons get a colour each; the rest are "Other"
@@ -258,6 +259,7 @@ class LegendItem:
 
 @dataclass(frozen=True)
 class Chart:
+    size: str  # "wide" or "narrow"
     width: int
     height: int
     left: int
@@ -275,11 +277,9 @@ class Chart:
 
 
 def reason_title(reason: str) -> str:
-    """`131026` -> `131026 Message undeliverable`; our own reasons (`expired`) as they are."""
-    if reason.isdigit():
-        explanation = explain(int(reason))
-        return f"{reason} {explanation.title}" if explanation else reason
-    return reason
+    """`131026` -> `131026 Message undeliverable`, as the rows and the thread name it; our own
+    reasons (`expired`) in words."""
+    return str(views.failure_name(reason) or reason)
 
 
 def _nice_ceiling(value: int) -> int:
@@ -297,7 +297,9 @@ def _bucket_label(bucket: str, hourly: bool) -> str:
     return bucket[5:]  # MM-DD
 
 
-def failure_chart(series: FailureSeries) -> Chart:
+def failure_chart(series: FailureSeries, *, narrow: bool = False) -> Chart:
+    """The chart drawn for a screen (`narrow=False`, 720 units wide) or for a phone."""
+    width = NARROW_WIDTH if narrow else CHART_WIDTH
     totals = {reason: sum(per.values()) for reason, per in series.counts.items()}
     ranked = sorted(totals, key=lambda r: (-totals[r], r))
     legend = [LegendItem(i, r, reason_title(r), totals[r]) for i, r in enumerate(ranked[:SERIES])]
@@ -305,7 +307,7 @@ def failure_chart(series: FailureSeries) -> Chart:
         legend.append(LegendItem(SERIES, "other", "Other", sum(totals[r] for r in ranked[SERIES:])))
     series_of = {r: min(i, SERIES) for i, r in enumerate(ranked)}
     # Long ranges: neighbouring days share a bar, so that bars stay wide enough to see.
-    group = max(1, math.ceil(len(series.buckets) / MAX_BARS))
+    group = max(1, math.ceil(len(series.buckets) / (NARROW_BARS if narrow else MAX_BARS)))
     groups = [series.buckets[i : i + group] for i in range(0, len(series.buckets), group)]
     stacks: list[list[int]] = []
     for buckets in groups:
@@ -314,7 +316,7 @@ def failure_chart(series: FailureSeries) -> Chart:
             stack[series_of[reason]] += sum(per.get(b, 0) for b in buckets)
         stacks.append(stack)
     top = _nice_ceiling(max((sum(s) for s in stacks), default=0))
-    plot_width = CHART_WIDTH - PLOT_LEFT - PLOT_RIGHT
+    plot_width = width - PLOT_LEFT - PLOT_RIGHT
     plot_height = PLOT_BOTTOM - PLOT_TOP
     slot = plot_width / max(1, len(groups))
     names = {item.series: item.title for item in legend}
@@ -335,7 +337,7 @@ def failure_chart(series: FailureSeries) -> Chart:
         bars.append(Bar(round(PLOT_LEFT + index * slot + gap / 2, 2), round(slot - gap, 2), segments))
     steps = (0, top // 2, top) if top % 2 == 0 else (0, top)  # whole numbers only
     ticks = [Tick(round(PLOT_BOTTOM - plot_height * n / top, 2), str(n)) for n in steps]
-    every = max(1, math.ceil(len(groups) / 8))
+    every = max(1, math.ceil(len(groups) / (NARROW_LABELS if narrow else WIDE_LABELS)))
     labels = [
         AxisLabel(round(PLOT_LEFT + (i + 0.5) * slot, 2), _bucket_label(g[0], series.hourly))
         for i, g in enumerate(groups)
@@ -349,7 +351,8 @@ def failure_chart(series: FailureSeries) -> Chart:
         f" {total} in all ({summary})."
     )
     return Chart(
-        CHART_WIDTH,
+        "narrow" if narrow else "wide",
+        width,
         CHART_HEIGHT,
         PLOT_LEFT,
         PLOT_RIGHT,
@@ -418,7 +421,7 @@ async def message_log(
         page = await list_messages(
             gateway, principal=user.principal, filters=filters, before=before or None, limit=PAGE_SIZE
         )
-        chart = failure_chart(await failures_over_time(gateway, principal=user.principal, filters=filters))
+        failures = await failures_over_time(gateway, principal=user.principal, filters=filters)
     except WagateError as error:
         if error.status_code != 422:
             return error_page(request, error)
@@ -432,11 +435,13 @@ async def message_log(
             **context,
         )
     rows = [log_row(sent, names) for sent in page.messages]
+    chart = failure_chart(failures)
     return render(
         request,
         "message_log.html",
         rows=rows,
         chart=chart,
+        charts=[chart, failure_chart(failures, narrow=True)],
         older=f"/messages?{form.query(before=page.next_before)}" if page.next_before else None,
         newest=f"/messages?{form.query()}" if before else None,
         csv_url=f"/messages.csv?{form.query()}" if form.filtered else "/messages.csv",

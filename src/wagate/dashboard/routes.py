@@ -8,12 +8,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sse_starlette import EventSourceResponse
 
 from wagate.accounts.service import SESSION_LIFETIME, SessionUser, sign_in, sign_out
 from wagate.conversations.models import ConversationStatus
+from wagate.conversations.repository import NEEDS_REPLY, ConversationRow
 from wagate.conversations.service import (
     change_conversation_status,
     conversation_for,
@@ -42,7 +43,7 @@ from wagate.deps import GatewayDep
 from wagate.errors import InvalidRequest, WagateError
 from wagate.limits import MAX_ID, parse_id
 from wagate.messages.schemas import SendMessageRequest
-from wagate.messages.service import accept_send
+from wagate.messages.service import accept_send, failed_reply
 
 router = APIRouter(include_in_schema=False)
 User = Annotated[SessionUser, Depends(current_user)]
@@ -126,6 +127,11 @@ def _cursor(before: str | None) -> tuple[datetime, int] | None:
         raise InvalidRequest("before is not a cursor of this list") from None
 
 
+def _list_view(status: str | None) -> ConversationStatus | str:
+    """The list's view: a status tab, or "Needs reply" (`status=needs_reply`)."""
+    return NEEDS_REPLY if status == NEEDS_REPLY else _status_tab(status)
+
+
 @router.get("/conversations")
 async def conversations(
     request: Request,
@@ -138,11 +144,11 @@ async def conversations(
     fragment: bool = False,
 ) -> HTMLResponse:
     try:
-        tab = _status_tab(status)
+        view = _list_view(status)
         page = await conversations_for(
             gateway,
             principal=user.principal,
-            status=tab,
+            status=view,
             channel_id=inbox,
             search=q,
             before=_cursor(before),
@@ -151,16 +157,19 @@ async def conversations(
     except WagateError as error:
         return error_page(request, error)
     template = "_conversation_list.html" if fragment else "conversations.html"
+    next_at = page.next_before
     return render(
         request,
         template,
-        tab=tab.value,
+        tab=view.value if isinstance(view, ConversationStatus) else view,
         page=page,
-        rows=[views.ConversationItem(row) for row in page.rows],
+        rows=[(views.ConversationItem(listed.row), listed) for listed in page.listed],
         inboxes=inboxes,
         inbox=inbox,
         q=q or "",
         before=before,
+        fragment=fragment,
+        next_cursor=f"{next_at[0].isoformat()}_{next_at[1]}" if next_at else None,
     )
 
 
@@ -168,12 +177,23 @@ async def _conversation_context(
     gateway: GatewayDep, user: SessionUser, conversation_id: int
 ) -> dict[str, Any]:
     row = await conversation_for(gateway, principal=user.principal, conversation_id=conversation_id)
+    window = window_of(row.last_customer_message_at)
     return {
         "conversation": views.ConversationItem(row),
-        "window": window_of(row.last_customer_message_at),
+        "window": window,
+        "window_words": views.window_words(window),
         "messages": await views.messages_of(gateway, row),
-        "templates": await views.templates_for(gateway, row.channel_id),
+        "templates": await views.reply_templates_for(
+            gateway, account_id=user.principal.account_id, channel_id=row.channel_id
+        ),
     }
+
+
+def _from_htmx(request: Request) -> bool:
+    """A form the page posted itself (htmx): answered with the part that changed, not a redirect, so
+    the page stays where it is (scroll, focus, what the agent is typing). Without JavaScript the same
+    forms post and redirect."""
+    return request.headers.get("hx-request") == "true"
 
 
 @router.get("/conversations/{conversation_id}")
@@ -210,43 +230,113 @@ async def set_conversation_status(
         )
     except WagateError as error:
         return error_page(request, error)
+    if _from_htmx(request):
+        try:
+            context = await _conversation_context(gateway, user, conversation_id)
+        except WagateError as error:
+            return error_page(request, error)
+        return render(request, "_conversation_state.html", **context)
     return RedirectResponse(f"/conversations/{conversation_id}", status_code=303)
+
+
+async def _send_reply(
+    gateway: GatewayDep,
+    user: SessionUser,
+    row: ConversationRow,
+    *,
+    text: str | None,
+    template: dict[str, Any] | None,
+) -> None:
+    """An agent's reply through `accept_send`, so it is checked, costed, evented and paced exactly
+    like `POST messages`."""
+    # A reply keeps the conversation where the agent works on it (an API send would resolve it).
+    keep = row.status.value if row.status is not ConversationStatus.resolved else None
+    request_body = views.send_request(row, text=text, template=template, conversation_status=keep)
+    await accept_send(gateway, principal=user.principal, request=request_body, idem=None)
+
+
+async def _replied(
+    request: Request, gateway: GatewayDep, user: SessionUser, conversation_id: int
+) -> Response:
+    """After a send: the thread with the new message in it (htmx), or the page again."""
+    if not _from_htmx(request):
+        return RedirectResponse(f"/conversations/{conversation_id}", status_code=303)
+    try:
+        context = await _conversation_context(gateway, user, conversation_id)
+    except WagateError as error:
+        return error_page(request, error)
+    return render(request, "_messages.html", **context)
+
+
+async def _reply_refused(
+    request: Request,
+    gateway: GatewayDep,
+    user: SessionUser,
+    conversation_id: int,
+    refusal: WagateError,
+    draft: str,
+) -> Response:
+    """The page with the refusal in words above the reply box and the draft kept (htmx takes just
+    the words from it: `#reply-error`)."""
+    try:
+        context = await _conversation_context(gateway, user, conversation_id)
+    except WagateError as error:  # the conversation itself is out of reach: that is the answer
+        return error_page(request, error)
+    return render(
+        request,
+        "conversation.html",
+        status_code=refusal.status_code,
+        reply_error=views.explain_refusal(refusal),
+        draft=draft,
+        **context,
+    )
 
 
 @router.post("/conversations/{conversation_id}/reply")
 async def reply(
     request: Request, gateway: GatewayDep, user: User, conversation_id: Annotated[int, views.PathId]
 ) -> Response:
-    """An agent's reply: free text, or a template when the window is closed; through `accept_send`,
-    so it is checked, costed, evented and paced exactly like `POST messages`."""
+    """An agent's reply: free text, or a template when the window is closed."""
     form = await posted_form(request, user)
     try:
         row = await conversation_for(gateway, principal=user.principal, conversation_id=conversation_id)
         template: dict[str, Any] | None = None
-        if form.get("template"):
+        if "template" in form:  # the template picker's form: it starts with no template chosen
+            if not form["template"]:
+                raise InvalidRequest(
+                    "Choose a template to send: with the window closed only a template can go."
+                )
             name, _, language = form["template"].partition("|")
             values = {
                 key.removeprefix("var:"): value for key, value in form.items() if key.startswith("var:")
             }
             parameters = views.form_parameters(values, list(values))
             template = {"name": name, "language": language, "parameters": parameters}
-        # A reply keeps the conversation where the agent works on it (an API send would resolve it).
-        keep = row.status.value if row.status is not ConversationStatus.resolved else None
-        request_body = views.send_request(
-            row, text=form.get("text") or None, template=template, conversation_status=keep
-        )
-        await accept_send(gateway, principal=user.principal, request=request_body, idem=None)
+        await _send_reply(gateway, user, row, text=form.get("text") or None, template=template)
     except WagateError as error:
-        context = await _conversation_context(gateway, user, conversation_id)
-        return render(
-            request,
-            "conversation.html",
-            status_code=error.status_code,
-            reply_error=views.explain_refusal(error),
-            draft=form.get("text", ""),
-            **context,
+        return await _reply_refused(request, gateway, user, conversation_id, error, form.get("text", ""))
+    return await _replied(request, gateway, user, conversation_id)
+
+
+@router.post("/conversations/{conversation_id}/messages/{message_id}/retry")
+async def retry_reply(
+    request: Request,
+    gateway: GatewayDep,
+    user: User,
+    conversation_id: Annotated[int, views.PathId],
+    message_id: Annotated[str, Path(pattern=r"^[a-z]{3}_[0-9a-z]{1,36}$")],
+) -> Response:
+    """Retry of a failed reply: the same words again, as a new message, through the reply's own send."""
+    await posted_form(request, user)
+    try:
+        row = await conversation_for(gateway, principal=user.principal, conversation_id=conversation_id)
+        failed = await failed_reply(
+            gateway, principal=user.principal, conversation_id=conversation_id, message_id=message_id
         )
-    return RedirectResponse(f"/conversations/{conversation_id}", status_code=303)
+        await _send_reply(gateway, user, row, text=failed.text, template=failed.template)
+    except WagateError as error:
+        return await _reply_refused(request, gateway, user, conversation_id, error, "")
+    return await _replied(request, gateway, user, conversation_id)
 
 
 def form_refused(request: Request, exc: Exception) -> HTMLResponse:

@@ -109,7 +109,7 @@ async def create_key(request: Request, gateway: GatewayDep, user: Administrator)
             request,
             "settings_keys.html",
             status_code=error.status_code,
-            form_error=error.message,
+            form_error=views.error_words(error),
             draft_name=name,
             draft_owner=form.get("user_id", ""),
             **context,

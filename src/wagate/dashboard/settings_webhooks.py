@@ -18,7 +18,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import ValidationError
 
 from wagate.accounts.service import SessionUser
-from wagate.dashboard.views import PathId
+from wagate.dashboard.views import PathId, error_words
 from wagate.dashboard.web import current_administrator, error_page, posted_form, render
 from wagate.deps import Gateway, GatewayDep
 from wagate.errors import WagateError
@@ -183,7 +183,8 @@ def _refusal(exc: ValidationError) -> tuple[str, str]:
         return "Choose at least one event.", "events"
     if error.get("type") == "string_too_short":
         return "Enter the URL the events are to be posted to.", "url"
-    return f"The URL is not valid: {error.get('msg', 'invalid')}.", "url"
+    issue = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+    return f"The URL is not valid: {issue}.", "url"
 
 
 def _error_field(error: WagateError) -> str:
@@ -337,7 +338,9 @@ async def create_webhook(request: Request, gateway: GatewayDep, user: Admin) -> 
         refused = WebhookForm(url=url, events=tuple(events), error=message, field=field)
         return await _list_page(request, gateway, user, form=refused, status_code=422, replace_url=BASE)
     except WagateError as error:
-        refused = WebhookForm(url=url, events=tuple(events), error=error.message, field=_error_field(error))
+        refused = WebhookForm(
+            url=url, events=tuple(events), error=error_words(error), field=_error_field(error)
+        )
         return await _list_page(
             request, gateway, user, form=refused, status_code=error.status_code, replace_url=BASE
         )
@@ -421,7 +424,9 @@ async def edit_webhook(
     except WagateError as error:
         if error.status_code == 404:
             return error_page(request, error)
-        refused = WebhookForm(url=url, events=tuple(events), error=error.message, field=_error_field(error))
+        refused = WebhookForm(
+            url=url, events=tuple(events), error=error_words(error), field=_error_field(error)
+        )
         status_code = error.status_code
     else:
         return _done(f"{BASE}/{webhook_id}", "saved")

@@ -19,6 +19,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from wagate.accounts.service import SessionUser, session_user
 from wagate.channels.service import paused_channels
+from wagate.dashboard.views import error_words, failure_name, variable_label
 from wagate.db import isoformat
 from wagate.deps import Gateway, get_gateway
 from wagate.errors import WagateError
@@ -51,22 +52,10 @@ templates = Environment(
     lstrip_blocks=True,
 )
 templates.filters["iso"] = lambda value: isoformat(value) if isinstance(value, datetime) else value
-
-
-def variable_label(variable: str) -> str:
-    """A template variable as the picker labels it: `1` -> `Body {{1}}`, `header.1` -> `Header {{1}}`,
-    `button.0` -> `Button 1`, a media header (`header`) as `Header file (link)`, a named one as its name."""
-    if variable == "header":
-        return "Header file (link)"
-    part, _, name = variable.rpartition(".")
-    if part == "button" and name.isdigit():
-        return f"Button {int(name) + 1}"
-    if part:
-        return f"{part.capitalize()} {{{{{name}}}}}"
-    return f"Body {{{{{variable}}}}}" if variable.isdigit() else variable
-
-
 templates.filters["variable_label"] = variable_label
+# One name for each failure and pages' errors in words, wherever a template shows them.
+templates.filters["failure_name"] = lambda value: str(failure_name(value) or "")
+templates.filters["error_words"] = error_words
 
 
 class SignInRequired(Exception):

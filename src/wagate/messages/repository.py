@@ -16,11 +16,13 @@ from sqlalchemy.orm import Session
 
 from wagate.conversations.models import Conversation, ConversationStatus
 from wagate.conversations.repository import (
+    LastMessage,
     contacts_and_conversations,
     contacts_of_numbers,
     contacts_of_user_ids,
     statuses_before,
     touch_after_sends,
+    written_by,
 )
 from wagate.conversations.service import status_after_send
 from wagate.db import dialect_name, insert_from_json, isoformat, rows_from_json, table_of, utcnow
@@ -88,16 +90,23 @@ def store_sends(
         # Everything in one round trip: the writer waits on each statement, and a wait costs more
         # than the statement (docs/performance.md, "Round trips").
         message_rows = [_message_row(send, None, now) for send in sends]
+        # Each number once, with its last send (the conversation keeps it), as arrays by column.
+        last_of_number = {send.phone_number or "": last_message_of(send).columns() for send in sends}
+        last_columns = {
+            column: [last[column] for last in last_of_number.values()]
+            for column in next(iter(last_of_number.values()))
+        }
         stored = connection.execute(
             _sends_by_number(),
             {
                 "account_id": account_id,
                 "channel_id": channel_id,
-                "numbers": list(dict.fromkeys(send.phone_number or "" for send in sends)),
+                "numbers": list(last_of_number),
                 "status": conversation_status,
                 "now": now,
                 "messages": message_rows,
                 "jobs": outbox_rows,
+                **last_columns,
             },
         )
         for message_id, conversation_id, job_id in stored:
@@ -113,7 +122,8 @@ def store_sends(
             session,
             account_id=account_id,
             channel_id=channel_id,
-            contact_ids=contact_ids,
+            # Each contact's last send (a later one to the same contact replaces an earlier).
+            last_messages={contact_of[send.message_id]: last_message_of(send) for send in sends},
             status=conversation_status,
         )
         for send in sends:
@@ -194,6 +204,20 @@ def _sends_by_number() -> Select[Any]:
     queued = insert_from_json(outbox, "jobs").returning(outbox.c.id, outbox.c.message_id).cte("queued")
     return select(stored.c.id, stored.c.conversation_id, queued.c.id).join_from(
         stored, queued, queued.c.message_id == stored.c.id
+    )
+
+
+def last_message_of(send: PreparedSend) -> LastMessage:
+    """What a send's conversation keeps of it (its list row; whether it answers the customer)."""
+    template = send.template.template if send.template is not None else None
+    by = written_by(
+        inbound=False, template=template is not None, agent_user_id=send.agent_user_id, sent_by=None
+    )
+    return LastMessage(
+        by,
+        text=send.text if template is None else None,
+        template_name=template.name if template is not None else None,
+        agent_user_id=send.agent_user_id,
     )
 
 

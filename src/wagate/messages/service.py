@@ -19,6 +19,7 @@ from wagate.conversations.service import Recipient, recipient_for, window_for
 from wagate.db import Mergeable, isoformat, utcnow
 from wagate.deps import Gateway
 from wagate.errors import (
+    Conflict,
     InvalidRequest,
     InvalidUrl,
     MarketingPreferenceStopped,
@@ -34,7 +35,15 @@ from wagate.ids import new_id
 from wagate.logs import current_request_id, note_request
 from wagate.lookups import Lookups
 from wagate.messages import repository
-from wagate.messages.models import BoundTemplate, MessageStatus, PreparedSend, SentAs, SentMessage
+from wagate.messages.models import (
+    BoundTemplate,
+    Direction,
+    Message,
+    MessageStatus,
+    PreparedSend,
+    SentAs,
+    SentMessage,
+)
 from wagate.messages.repository import SentFilter
 from wagate.messages.schemas import SendMessageRequest, StatusCallback, TemplateRef, format_amount
 from wagate.outbox.models import ClaimedSend, FastClaim, Priority
@@ -623,3 +632,41 @@ async def preview_send(
             "seconds_remaining": window.seconds_remaining,
         },
     }
+
+
+@dataclass(frozen=True)
+class FailedReply:
+    """What an agent's failed reply said, for Retry to send again as a new message."""
+
+    text: str | None
+    template: dict[str, Any] | None  # {"name", "language", "parameters"}, as the reply sent it
+
+
+async def failed_reply(
+    gateway: Gateway, *, principal: Principal, conversation_id: int, message_id: str
+) -> FailedReply:
+    """An agent's reply in the conversation that Meta (or the send) failed: Retry sends the same words
+    again through `accept_send`, as a new message, checked like any reply (the window included).
+    404 for any other message; 409 for a reply that did not fail (it went, or may still go)."""
+    async with gateway.db.read() as session:
+        message = await session.get(Message, message_id)
+    if (
+        message is None
+        or message.account_id != principal.account_id
+        or message.conversation_id != conversation_id
+        or message.direction is not Direction.outbound
+        or message.agent_user_id is None
+    ):
+        raise MessageNotFound("No reply of an agent with this id exists in this conversation.")
+    if message.status is not MessageStatus.failed:
+        raise Conflict("This reply did not fail: only a failed reply can be sent again.")
+    template = (
+        {
+            "name": message.template_name,
+            "language": message.template_language,
+            "parameters": message.template_parameters,
+        }
+        if message.template_name
+        else None
+    )
+    return FailedReply(None if template else message.text, template)

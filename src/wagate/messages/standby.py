@@ -27,7 +27,12 @@ from wagate.conversations.models import (
     ConversationStatus,
     CustomerId,
 )
-from wagate.conversations.repository import get_or_create_conversation
+from wagate.conversations.repository import (
+    FROM_META_AGENT,
+    LastMessage,
+    get_or_create_conversation,
+    note_last_message,
+)
 from wagate.conversations.user_ids import change_user_id
 from wagate.db import isoformat, utcnow
 from wagate.ids import new_id
@@ -114,6 +119,9 @@ def store_echoes(
         )
         conversation.handled_by = HANDLED_BY_AGENT
         conversation.last_activity_at = utcnow()
+        text = echo.text if echo.text is not None else f"[{echo.type}]"
+        # A reply to the customer: the list shows it, and the customer no longer waits.
+        note_last_message(conversation, LastMessage(FROM_META_AGENT, text), at=echo.timestamp)
         user_id = echo.customer.user_id
         session.add(
             received_message(
@@ -123,7 +131,7 @@ def store_echoes(
                 status=MessageStatus.sent,
                 wamid=echo.wamid,
                 at=echo.timestamp,
-                text=echo.text if echo.text is not None else f"[{echo.type}]",
+                text=text,
                 phone_number=phone,
                 user_id=user_id,
                 sent_by=META_BUSINESS_AGENT,

@@ -19,7 +19,13 @@ from wagate.conversations.models import (
     USER_ID_LENGTH,
     ConversationStatus,
 )
-from wagate.conversations.repository import get_or_create_conversation, set_marketing_preferences
+from wagate.conversations.repository import (
+    FROM_CUSTOMER,
+    LastMessage,
+    get_or_create_conversation,
+    note_last_message,
+    set_marketing_preferences,
+)
 from wagate.db import dialect_name, rows_from_json, table_of, utcnow
 from wagate.events.publish import ConversationChange, publish_conversation_changes
 from wagate.events.subscriptions import Subscriptions
@@ -339,6 +345,9 @@ def store_inbound(
         last = conversation.last_customer_message_at
         conversation.last_customer_message_at = item.timestamp if last is None else max(last, item.timestamp)
         conversation.last_activity_at = utcnow()
+        text = item.text if item.text is not None else f"[{item.type}]"
+        # The list's row and "waiting since", in the same UPDATE as the window (the flush below).
+        note_last_message(conversation, LastMessage(FROM_CUSTOMER, text), at=item.timestamp)
         message = received_message(
             channel,
             conversation.id,
@@ -346,7 +355,7 @@ def store_inbound(
             status=MessageStatus.delivered,
             wamid=item.wamid,
             at=item.timestamp,
-            text=item.text if item.text is not None else f"[{item.type}]",
+            text=text,
             phone_number=phone,
             user_id=item.user_id,
         )

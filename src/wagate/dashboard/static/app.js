@@ -4,6 +4,8 @@
 
 (function () {
   const body = document.body;
+  // Scripts run: at phone width the main menu may fold behind its button (app.css).
+  document.documentElement.classList.add("js");
 
   function localTimes(root) {
     for (const el of root.querySelectorAll("time[datetime]")) {
@@ -59,7 +61,9 @@
   }
 
   document.addEventListener("htmx:after:swap", (event) => {
-    localTimes(event.target instanceof Element ? event.target : document);
+    // What was swapped is the request's target (a form that posts elsewhere is the event's target).
+    const swapped = event.detail && event.detail.ctx && event.detail.ctx.target;
+    localTimes(swapped instanceof Element ? swapped : document);
     replyMode();
     countdowns();
   });
@@ -69,8 +73,10 @@
   let unseen = 0;
   function notify() {
     unseen += 1;
-    const badge = document.querySelector("[data-badge]");
-    if (badge) { badge.textContent = String(unseen); badge.hidden = false; }
+    for (const badge of document.querySelectorAll("[data-badge], [data-menu-badge]")) {
+      badge.textContent = String(unseen);
+      badge.hidden = false;
+    }
     const audio = document.querySelector("audio[data-notify]") || new Audio("/static/notify.wav");
     audio.currentTime = 0;
     // Browsers allow sound only after the user interacted with the page; a refusal is not an error.
@@ -111,6 +117,56 @@
       if (banner) banner.hidden = false;
       if (source.readyState === EventSource.CLOSED) setTimeout(live, 2000);
     });
+  }
+
+  // The main menu at phone width: a real button (aria-expanded) opens and closes it; Escape closes it
+  // and gives the focus back to the button.
+  function menu() {
+    const button = document.querySelector("[data-menu-toggle]");
+    const nav = button && document.getElementById(button.getAttribute("aria-controls"));
+    if (!nav) return;
+    function set(open) {
+      button.setAttribute("aria-expanded", String(open));
+      nav.classList.toggle("open", open);
+    }
+    button.addEventListener("click", () => set(button.getAttribute("aria-expanded") !== "true"));
+    document.addEventListener("keydown", (event) => {
+      if (event.key === "Escape" && button.getAttribute("aria-expanded") === "true") {
+        set(false);
+        button.focus();
+      }
+    });
+  }
+
+  // A Copy button (`<button data-copy="id-of-the-text" hidden>`) for a secret shown once: copies with
+  // the clipboard where the browser allows it (https, localhost), else selects the text for Ctrl+C;
+  // says what happened in the page's live region (`[data-copy-status]`) for screen readers too.
+  function copyButtons() {
+    for (const button of document.querySelectorAll("button[data-copy]")) {
+      const source = document.getElementById(button.dataset.copy);
+      if (!source) continue;
+      const status = document.querySelector(`[data-copy-status="${CSS.escape(button.dataset.copy)}"]`);
+      const say = (words) => { if (status) status.textContent = words; };
+      const select = () => {
+        const range = document.createRange();
+        range.selectNodeContents(source);
+        const selection = window.getSelection();
+        selection.removeAllRanges();
+        selection.addRange(range);
+      };
+      button.hidden = false;
+      button.addEventListener("click", () => {
+        say("");
+        const text = source.textContent.trim();
+        const copied = navigator.clipboard && window.isSecureContext
+          ? navigator.clipboard.writeText(text)
+          : Promise.reject(new Error("no clipboard"));
+        copied.then(
+          () => { say("Copied"); },
+          () => { select(); say("Selected: press Ctrl+C (or ⌘C) to copy"); }
+        );
+      });
+    }
   }
 
   function templatePicker() {
@@ -158,6 +214,8 @@
     countdowns();
     setInterval(countdowns, 1000);
     replyMode();
+    menu();
+    copyButtons();
     templatePicker();
     live();
   });
