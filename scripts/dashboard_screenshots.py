@@ -200,6 +200,17 @@ def main() -> None:
                 page.get_by_role("button", name="Sign in").click()
                 shoot(page, f"{url}/conversations?status=open", "conversations-open", out)
                 shoot(page, f"{url}/conversations?status=resolved", "conversations-resolved", out)
+                shoot(page, f"{url}/conversations?status=needs_reply", "conversations-needs-reply", out)
+                shoot(page, f"{url}/conversations?status=open&q=SEHLA", "conversations-search", out)
+                page.goto(f"{url}/conversations?status=open&q=Leyla")
+                page.locator(".conversations a").first.click()
+                # A 63-message thread: it opens at the newest message, the Reply box at hand.
+                for size, (width, height) in SIZES.items():
+                    page.set_viewport_size({"width": width, "height": height})
+                    page.reload()
+                    page.wait_for_timeout(600)
+                    page.screenshot(path=str(out / f"conversation-long-thread-{size}.png"))
+                page.set_viewport_size({"width": SIZES["desktop"][0], "height": SIZES["desktop"][1]})
                 page.goto(f"{url}/conversations?status=open")
                 page.locator(".conversations a").first.click()
                 shoot(page, page.url, "conversation-open-window", out)
@@ -229,6 +240,22 @@ def main() -> None:
                 shoot_current(page, "bulk-new", out)
                 page.get_by_role("button", name="Preview").click()
                 shoot_current(page, "bulk-preview", out)
+                # A semicolon-separated file, as Excel saves it under Azerbaijani settings, with a
+                # short line and a repeated number.
+                page.goto(f"{url}/bulk/new")
+                page.get_by_label("Template", exact=True).select_option(value="order_update|en")
+                page.get_by_label("Phone numbers").fill(
+                    "phone_number;1;2\n+994501000001;A-2001;shipped\n+994501000002;A-2002\n"
+                    "+994501000003;A-2003;packed\n+994501000001;A-2004;packed"
+                )
+                page.get_by_role("button", name="Preview").click()
+                shoot_current(page, "bulk-preview-csv-problems", out)
+                page.goto(f"{url}/bulk/new")
+                page.get_by_label("Template", exact=True).select_option(value="order_update|en")
+                page.get_by_label("Phone numbers").fill(
+                    "phone_number,1,2\n+994501112233,A-1001,shipped\n+994551234567,A-1002,packed\n+994500001026,A-1003,packed"
+                )
+                page.get_by_role("button", name="Preview").click()
                 page.get_by_role("button", name="Send batch").click()
                 page.wait_for_timeout(2500)
                 shoot(page, page.url, "bulk-batch", out)
