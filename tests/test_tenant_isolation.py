@@ -1019,6 +1019,9 @@ def structural(walk: Walk, where: str, body: Any) -> None:
 FORMS: dict[str, list[dict[str, str]]] = {
     "/conversations/{conversation_id}/status": [{"status": "resolved"}, {"status": "pending"}],
     "/conversations/{conversation_id}/reply": [{"text": "isob-walk reply"}],
+    "/conversations/{conversation_id}/messages/{message_id}/retry": [{}],
+    # The bulk form without JavaScript, its inbox chosen: the form again for that inbox.
+    "/bulk/new": [{"inbox": "{channel}"}, {"inbox": "{channel}", "template": "{template}|en"}],
     "/bulk/preview": [
         {
             "inbox": "{channel}",

@@ -94,8 +94,8 @@ def test_waiting_lasts_until_a_reply_and_survives_an_otp_that_resolves(page: Pag
     row = row_of(page, number)
     expect(row).to_have_attribute("data-status", "resolved")
     expect(row.locator(".author")).to_have_text("API")
-    expect(row).to_contain_text("Template otp_code")  # an OTP's code is never shown in the list
-    expect(row).not_to_contain_text("123456")
+    # The template's body as the customer read it, named by its template, as the thread shows it.
+    expect(row.locator(".last")).to_contain_text("otp_code: 123456 is your verification code.")
     expect(row).to_contain_text(re.compile(r"Waiting \d+ min"))
     page.get_by_role("link", name=re.compile(r"^Needs reply")).click()
     expect(page).to_have_url(re.compile(r"status=needs_reply"))
@@ -116,7 +116,7 @@ def test_a_free_form_api_message_answers_and_an_otp_alone_never_waits(page: Page
     expect(row).to_contain_text("Yes: it left the warehouse at 9:40.")
     expect(row).not_to_contain_text("Waiting")
     lone = row_of(page, otp_only)
-    expect(lone).to_contain_text("Template otp_code")
+    expect(lone).to_contain_text("otp_code: 123456 is your verification code.")
     expect(lone).not_to_contain_text("Waiting")
     expect(lone).to_have_attribute("data-window", "closed")  # the customer never wrote
 

@@ -71,8 +71,8 @@ def written_by(*, inbound: bool, template: bool, agent_user_id: int | None, sent
 
 @dataclass(frozen=True)
 class LastMessage:
-    """What a conversation keeps of its last message: what the list shows and search reads. A
-    template's text is not kept (it may carry a one-time code): the list names the template."""
+    """What a conversation keeps of its last message: what the list shows and search reads (a
+    template's body as the customer read it, with the template's name, as the thread shows it)."""
 
     written_by: str
     text: str | None = None

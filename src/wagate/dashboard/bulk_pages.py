@@ -129,6 +129,9 @@ async def _form(
     fields: dict[str, Any] | None = None,
 ) -> HTMLResponse:
     inboxes = await inboxes_of(gateway, user)
+    if inbox is not None and all(i.id != inbox for i in inboxes):
+        # Another account's inbox, or one the user left: refused as the inbox part refuses it.
+        return error_page(request, ChannelNotFound("You are not a member of this inbox."))
     chosen: Inbox | None = next((i for i in inboxes if i.id == inbox), inboxes[0] if inboxes else None)
     choices = await templates_for(gateway, chosen.id) if chosen else []
     fields = fields or {}

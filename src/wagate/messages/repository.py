@@ -33,6 +33,7 @@ from wagate.messages.events import publish_messages_created, schedule_status_rep
 from wagate.messages.models import Direction, Message, MessageStatus, PreparedSend, SentMessage
 from wagate.outbox.models import FastClaim, JobKind, OutboxJob, outbox_row
 from wagate.outbox.notify import notify_outbox
+from wagate.templates.render import render_template_text
 
 _INSERT_MESSAGE = insert(table_of(Message))
 _INSERT_OUTBOX = insert(table_of(OutboxJob))
@@ -213,9 +214,13 @@ def last_message_of(send: PreparedSend) -> LastMessage:
     by = written_by(
         inbound=False, template=template is not None, agent_user_id=send.agent_user_id, sent_by=None
     )
+    # A template's body as the customer read it (the thread shows the same; a few microseconds).
+    text = send.text
+    if template is not None and send.template is not None:
+        text = render_template_text(template.components, send.template.values).body or None
     return LastMessage(
         by,
-        text=send.text if template is None else None,
+        text=text,
         template_name=template.name if template is not None else None,
         agent_user_id=send.agent_user_id,
     )
