@@ -17,12 +17,12 @@ import secrets
 import statistics
 import tempfile
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import psycopg
-from sqlalchemy import create_engine, insert
+from sqlalchemy import Connection, create_engine, insert
 from sqlalchemy.pool import NullPool
 
 from wagate.accounts.auth import Principal
@@ -36,40 +36,45 @@ from wagate.migrate import migrate, sync_url
 POSTGRES_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 
 
+def add_account_and_inboxes(connection: Connection, now: datetime, *, agent_name: str = "A") -> None:
+    """Account 1 with an agent (user 1) who is a member of its two inboxes (channels 1 and 2)."""
+    connection.execute(insert(table_of(Account)), {"id": 1, "name": "Big", "created_at": now})
+    connection.execute(
+        insert(table_of(User)),
+        {
+            "id": 1,
+            "account_id": 1,
+            "email": "a@big.test",
+            "name": agent_name,
+            "role": Role.agent,
+            "password_hash": "x",
+            "created_at": now,
+        },
+    )
+    for channel_id in (1, 2):
+        connection.execute(
+            insert(table_of(Channel)),
+            {
+                "id": channel_id,
+                "account_id": 1,
+                "name": f"Inbox {channel_id}",
+                "provider": "whatsapp_cloud",
+                "phone_number": f"+1555000{channel_id:04d}",
+                "phone_number_id": f"pn{channel_id}",
+                "waba_id": "w",
+                "access_token_encrypted": "x",
+                "messages_per_second": 80,
+                "created_at": now,
+            },
+        )
+        connection.execute(insert(table_of(ChannelMember)), {"channel_id": channel_id, "user_id": 1})
+
+
 def fill(url: str, count: int) -> None:
     engine = create_engine(sync_url(url), poolclass=NullPool)
     now = utcnow()
     with engine.begin() as connection:
-        connection.execute(insert(table_of(Account)), {"id": 1, "name": "Big", "created_at": now})
-        connection.execute(
-            insert(table_of(User)),
-            {
-                "id": 1,
-                "account_id": 1,
-                "email": "a@big.test",
-                "name": "A",
-                "role": Role.agent,
-                "password_hash": "x",
-                "created_at": now,
-            },
-        )
-        for channel_id in (1, 2):
-            connection.execute(
-                insert(table_of(Channel)),
-                {
-                    "id": channel_id,
-                    "account_id": 1,
-                    "name": f"Inbox {channel_id}",
-                    "provider": "whatsapp_cloud",
-                    "phone_number": f"+1555000{channel_id:04d}",
-                    "phone_number_id": f"pn{channel_id}",
-                    "waba_id": "w",
-                    "access_token_encrypted": "x",
-                    "messages_per_second": 80,
-                    "created_at": now,
-                },
-            )
-            connection.execute(insert(table_of(ChannelMember)), {"channel_id": channel_id, "user_id": 1})
+        add_account_and_inboxes(connection, now)
         statuses = [ConversationStatus.open, ConversationStatus.pending, ConversationStatus.resolved]
         for start in range(0, count, 10_000):
             ids = range(start + 1, min(count, start + 10_000) + 1)

@@ -33,11 +33,10 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from conversation_list import add_account_and_inboxes
 from sqlalchemy import create_engine, insert, text
 from sqlalchemy.pool import NullPool
 
-from wagate.accounts.models import Account, Role, User
-from wagate.channels.models import Channel, ChannelMember
 from wagate.conversations.models import Contact, Conversation, ConversationStatus, CustomerId
 from wagate.conversations.repository import (
     FROM_AGENT,
@@ -71,36 +70,7 @@ def fill(url: str, count: int) -> None:
     pick = random.Random(46)
     statuses = [ConversationStatus.open, ConversationStatus.pending, ConversationStatus.resolved]
     with engine.begin() as connection:
-        connection.execute(insert(table_of(Account)), {"id": 1, "name": "Big", "created_at": now})
-        connection.execute(
-            insert(table_of(User)),
-            {
-                "id": 1,
-                "account_id": 1,
-                "email": "a@big.test",
-                "name": "Agent",
-                "role": Role.agent,
-                "password_hash": "x",
-                "created_at": now,
-            },
-        )
-        for channel_id in (1, 2):
-            connection.execute(
-                insert(table_of(Channel)),
-                {
-                    "id": channel_id,
-                    "account_id": 1,
-                    "name": f"Inbox {channel_id}",
-                    "provider": "whatsapp_cloud",
-                    "phone_number": f"+1555000{channel_id:04d}",
-                    "phone_number_id": f"pn{channel_id}",
-                    "waba_id": "w",
-                    "access_token_encrypted": "x",
-                    "messages_per_second": 80,
-                    "created_at": now,
-                },
-            )
-            connection.execute(insert(table_of(ChannelMember)), {"channel_id": channel_id, "user_id": 1})
+        add_account_and_inboxes(connection, now, agent_name="Agent")
         for start in range(0, count, 10_000):
             contacts, conversations, user_ids = [], [], []
             for i in range(start + 1, min(count, start + 10_000) + 1):
