@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import secrets
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,27 @@ from wagate.db import Database, table_of, utcnow
 from wagate.migrate import migrate, sync_url
 
 POSTGRES_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+@contextlib.contextmanager
+def scratch_database(database: str) -> Iterator[str]:
+    """A database of its own, migrated to head, dropped afterwards: "sqlite" or "postgresql"."""
+    with tempfile.TemporaryDirectory() as scratch:
+        name = None
+        if database == "sqlite":
+            url = f"sqlite+aiosqlite:///{Path(scratch) / 'bench.db'}"
+        else:
+            name = "wagate_bench_" + secrets.token_hex(4)
+            with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as conn:
+                conn.execute(f'CREATE DATABASE "{name}"')
+            url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+        try:
+            migrate(url)
+            yield url
+        finally:
+            if name is not None:
+                with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as conn:
+                    conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def add_account_and_inboxes(connection: Connection, now: datetime, *, agent_name: str = "A") -> None:
@@ -165,27 +188,13 @@ def main() -> None:
     args = parser.parse_args()
     _ = Principal  # the service checks membership; the list itself is what is timed here
     for database in args.databases.split(","):
-        with tempfile.TemporaryDirectory() as scratch:
-            if database == "sqlite":
-                url = f"sqlite+aiosqlite:///{Path(scratch) / 'list.db'}"
-                name = None
-            else:
-                name = "wagate_bench_" + secrets.token_hex(4)
-                with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as conn:
-                    conn.execute(f'CREATE DATABASE "{name}"')
-                url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
-            try:
-                migrate(url)
-                started = time.perf_counter()
-                fill(url, args.conversations)
-                took = time.perf_counter() - started
-                print(f"{database}: {args.conversations} conversations made in {took:.1f} s")
-                for what, ms in asyncio.run(measure(url)).items():
-                    print(f"  {what:<36} {ms:7.2f} ms (median of 20)")
-            finally:
-                if name is not None:
-                    with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as conn:
-                        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        with scratch_database(database) as url:
+            started = time.perf_counter()
+            fill(url, args.conversations)
+            took = time.perf_counter() - started
+            print(f"{database}: {args.conversations} conversations made in {took:.1f} s")
+            for what, ms in asyncio.run(measure(url)).items():
+                print(f"  {what:<36} {ms:7.2f} ms (median of 20)")
 
 
 if __name__ == "__main__":

@@ -24,16 +24,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
-import secrets
 import statistics
-import tempfile
 import time
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
-import psycopg
-from conversation_list import add_account_and_inboxes
+from conversation_list import add_account_and_inboxes, scratch_database
 from sqlalchemy import create_engine, insert, text
 from sqlalchemy.pool import NullPool
 
@@ -49,7 +45,7 @@ from wagate.conversations.repository import (
 )
 from wagate.conversations.search import contact_key
 from wagate.db import Database, table_of, utcnow
-from wagate.migrate import migrate, sync_url
+from wagate.migrate import sync_url
 
 POSTGRES_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 FIRST = ["Şəhla", "Elçin", "Aysel", "Rəşad", "Günel", "Tural", "Nərmin", "İlkin", "Ülviyyə", "Kamran",
@@ -199,30 +195,16 @@ def main() -> None:
     parser.add_argument("--databases", default="sqlite,postgresql")
     args = parser.parse_args()
     for database in args.databases.split(","):
-        with tempfile.TemporaryDirectory() as scratch:
-            if database == "sqlite":
-                url = f"sqlite+aiosqlite:///{Path(scratch) / 'search.db'}"
-                name = None
-            else:
-                name = "wagate_bench_" + secrets.token_hex(4)
-                with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as conn:
-                    conn.execute(f'CREATE DATABASE "{name}"')
-                url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
-            try:
-                migrate(url)
-                started = time.perf_counter()
-                fill(url, args.conversations)
-                took = time.perf_counter() - started
-                print(f"{database}: {args.conversations} conversations made in {took:.1f} s")
-                if name is not None:
-                    for line in postgres_notes(url):
-                        print(f"  {line}")
-                for what, p50, p99, found in asyncio.run(measure(url, args.runs)):
-                    print(f"  {what:<62} p50 {p50:7.2f} ms  p99 {p99:7.2f} ms  ({found} rows)")
-            finally:
-                if name is not None:
-                    with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as conn:
-                        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        with scratch_database(database) as url:
+            started = time.perf_counter()
+            fill(url, args.conversations)
+            took = time.perf_counter() - started
+            print(f"{database}: {args.conversations} conversations made in {took:.1f} s")
+            if database != "sqlite":
+                for line in postgres_notes(url):
+                    print(f"  {line}")
+            for what, p50, p99, found in asyncio.run(measure(url, args.runs)):
+                print(f"  {what:<62} p50 {p50:7.2f} ms  p99 {p99:7.2f} ms  ({found} rows)")
 
 
 if __name__ == "__main__":
