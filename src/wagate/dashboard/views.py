@@ -391,7 +391,8 @@ async def reply_templates_for(gateway: Gateway, *, account_id: int, channel_id: 
     return ReplyTemplateChoices(_choices(found.recent), _choices(found.others))
 
 
-def _duration(seconds: int) -> str:
+def duration(seconds: int) -> str:
+    """Time left as pages say it: `39 min`, `2 h 15 min`, `3 h`."""
     minutes = max(1, seconds // 60)  # "1 min" until it is closed, never "0 min"
     hours, minutes = divmod(minutes, 60)
     if not hours:
@@ -403,7 +404,7 @@ def window_words(window: Window) -> str:
     """The window in words, as the conversation page shows it (conversation.js counts down the same way)."""
     if window.state == "closed":
         return "Window closed: only templates can be sent"
-    left = _duration(window.seconds_remaining)
+    left = duration(window.seconds_remaining)
     if window.state == "closing":
         return f"Window closes in {left} — reply now"
     return f"Window open: {left} left"

@@ -19,7 +19,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from wagate.accounts.service import SessionUser, session_user
 from wagate.channels.service import paused_channels
-from wagate.dashboard.views import error_words, failure_name, variable_label
+from wagate.dashboard.views import duration, error_words, failure_name, variable_label
 from wagate.db import isoformat
 from wagate.deps import Gateway, get_gateway
 from wagate.errors import WagateError
@@ -53,6 +53,7 @@ templates = Environment(
 )
 templates.filters["iso"] = lambda value: isoformat(value) if isinstance(value, datetime) else value
 templates.filters["variable_label"] = variable_label
+templates.filters["duration"] = duration  # the window's time left, on the list as on the thread
 # One name for each failure and pages' errors in words, wherever a template shows them.
 templates.filters["failure_name"] = lambda value: str(failure_name(value) or "")
 templates.filters["error_words"] = error_words
