@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -205,14 +205,13 @@ class ListedConversation:
 
 @dataclass(frozen=True)
 class ConversationPage:
-    rows: list[ConversationRow]
+    listed: list[ListedConversation]
     # (last_activity_at, id) of the last row when there are more: the next page starts after it;
     # in "Needs reply" (waiting_since, id).
     next_before: tuple[datetime, int] | None
-    listed: list[ListedConversation] = field(default_factory=list)
     # How many conversations each view holds (each status, and NEEDS_REPLY) for the same inboxes
     # and search.
-    counts: dict[str, int] = field(default_factory=dict)
+    counts: dict[str, int]
 
 
 async def conversations_for(
@@ -262,7 +261,7 @@ async def conversations_for(
         last = rows[-1]
         at = last.waiting_since if status == NEEDS_REPLY else last.last_activity_at
         next_before = (at or last.last_activity_at, last.id)
-    return ConversationPage(rows, next_before, listed, counts)
+    return ConversationPage(listed, next_before, counts)
 
 
 async def conversation_for(

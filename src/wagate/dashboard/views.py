@@ -58,7 +58,7 @@ async def inboxes_of(gateway: Gateway, user: SessionUser) -> list[Inbox]:
 
 @dataclass(frozen=True)
 class ConversationItem:
-    """A conversation as a page shows it: the row, and how to name the customer and page the list."""
+    """A conversation as a page shows it: the row, and how to name the customer."""
 
     row: ConversationRow
 
@@ -67,10 +67,6 @@ class ConversationItem:
         """The number in E.164, else the username, else the user id (API.md section 13)."""
         row = self.row
         return row.phone_number or (f"@{row.username}" if row.username else None) or row.user_id or "?"
-
-    @property
-    def cursor(self) -> str:
-        return f"{self.row.last_activity_at.isoformat()}_{self.row.id}"
 
 
 @dataclass(frozen=True)
