@@ -66,6 +66,7 @@
     localTimes(swapped instanceof Element ? swapped : document);
     replyMode();
     countdowns();
+    for (const form of document.querySelectorAll("[data-template-picker]")) pickerUpdate(form);
   });
   // A part refused (the session ended, the conversation went away): the whole page says why.
   document.addEventListener("htmx:response:error", () => window.location.reload());
@@ -169,45 +170,55 @@
     }
   }
 
-  function templatePicker() {
-    const form = document.querySelector("[data-template-picker]");
-    if (!form) return;
+  // A template picker (`[data-template-picker]`: the reply box's, the bulk form's): the chosen
+  // template's value fields shown and enabled, the others hidden and left out of the post, its body
+  // previewed with the values typed, and a search over names and bodies. Its parts are looked up at
+  // each event, so a part htmx swaps in (the bulk form's inbox) is followed.
+  function pickerUpdate(form) {
     const select = form.querySelector("select[name=template]");
-    const search = form.querySelector("[data-template-search]");
     const preview = form.querySelector("[data-template-preview]");
-    function current() { return select.options[select.selectedIndex]; }
-    function update() {
-      for (const set of form.querySelectorAll("[data-variables-for]")) {
-        const on = set.dataset.variablesFor === select.value;
-        set.hidden = !on;
-        set.disabled = !on;
-      }
-      const option = current();
-      let text = option ? option.dataset.body || "" : "";
-      const set = form.querySelector(`[data-variables-for="${CSS.escape(select.value)}"]`);
-      if (set) {
-        for (const input of set.querySelectorAll("[data-variable]")) {
-          const name = input.dataset.variable;
-          if (input.value) text = text.split(`{{${name}}}`).join(input.value);
-        }
-      }
-      preview.textContent = text;
+    if (!select) return;
+    for (const set of form.querySelectorAll("[data-variables-for]")) {
+      const on = set.dataset.variablesFor === select.value;
+      set.hidden = !on;
+      set.disabled = !on;
     }
-    select.addEventListener("change", update);
-    form.addEventListener("input", update);
-    search.addEventListener("input", () => {
-      const needle = search.value.toLowerCase();
-      let first = null;
-      for (const option of select.options) {
-        const hit = !needle || option.textContent.toLowerCase().includes(needle) || (option.dataset.body || "").toLowerCase().includes(needle);
-        option.hidden = !hit;
-        if (hit && !first) first = option;
+    const option = select.options[select.selectedIndex];
+    let text = option ? option.dataset.body || "" : "";
+    const set = form.querySelector(`[data-variables-for="${CSS.escape(select.value)}"]`);
+    if (set) {
+      for (const input of set.querySelectorAll("[data-variable]")) {
+        if (input.value) text = text.split(`{{${input.dataset.variable}}}`).join(input.value);
       }
-      if (current() && current().hidden && first) { select.value = first.value; }
-      update();
-    });
-    update();
+    }
+    if (preview) preview.textContent = text;
   }
+
+  function pickerSearch(form, needle) {
+    const select = form.querySelector("select[name=template]");
+    if (!select) return;
+    let first = null;
+    for (const option of select.options) {
+      const hit = !needle || option.textContent.toLowerCase().includes(needle) ||
+        (option.dataset.body || "").toLowerCase().includes(needle);
+      option.hidden = !hit;
+      if (hit && !first) first = option;
+    }
+    const current = select.options[select.selectedIndex];
+    if (current && current.hidden && first) select.value = first.value;
+  }
+
+  function templatePicker() {
+    for (const form of document.querySelectorAll("[data-template-picker]")) {
+      form.addEventListener("change", () => pickerUpdate(form));
+      form.addEventListener("input", (event) => {
+        if (event.target.matches("[data-template-search]")) pickerSearch(form, event.target.value.toLowerCase());
+        pickerUpdate(form);
+      });
+      pickerUpdate(form);
+    }
+  }
+
 
   document.addEventListener("DOMContentLoaded", () => {
     localTimes(document);
