@@ -7,6 +7,8 @@ sandbox prints, and photographs the pages with Debian's Chromium:
     .venv/bin/python scripts/dashboard_screenshots.py [--out docs/screenshots]
 """
 
+# ruff: noqa: RUF001 (customers write Azerbaijani, whose dotless i is meant)
+
 from __future__ import annotations
 
 import argparse
@@ -116,13 +118,13 @@ def traffic(url: str, sandbox: dict[str, str]) -> None:
 # Customers who write on a busy day, in the languages the gateway's users serve (issue 46).
 CUSTOMERS = [
     ("+994501000001", "Şəhla Məmmədova", "Salam! Sifarişim nə vaxt çatacaq?"),
-    ("+994501000002", "Elçin Həsənov", "Kodu almadım, yenidən göndərə bilərsiniz?"),  # noqa: RUF001
+    ("+994501000002", "Elçin Həsənov", "Kodu almadım, yenidən göndərə bilərsiniz?"),
     ("+994501000003", "Наталья Иванова", "Здравствуйте, где мой заказ? Номер A-1042."),
     ("+994501000004", "Дмитрий Ковалёв", "Можно изменить адрес доставки?"),
     ("+994501000005", "John Smith", "Hi, is the store open on Sunday?"),
     ("+994501000006", "Gülnar Əliyeva", "Ödəniş keçmədi, nə etməliyəm?"),
     ("+994501000007", None, "Hello?"),
-    ("+994501000008", "Ruslan Quliyev", "Təşəkkürlər, hər şey qaydasındadır."),  # noqa: RUF001
+    ("+994501000008", "Ruslan Quliyev", "Təşəkkürlər, hər şey qaydasındadır."),
 ]
 
 
@@ -134,6 +136,30 @@ def busy_day(http: httpx.Client, api: str, headers: dict[str, str], sandbox: dic
         if name:
             inbound["name"] = name
         http.post(f"{sandbox['sim']}/_sim/inbound", json=inbound).raise_for_status()
+    # The edges: a long name and a long message; a window closing (written 21 h ago) and one closed.
+    now = int(time.time())
+    for number, name, text, ago in (
+        (
+            "+994501000010",
+            "Məhəmmədəli Hüseynqulu oğlu Abdurrəhmanov-Qasımzadə",
+            "Salam, dünən sifariş verdim amma hələ də heç bir təsdiq mesajı almamışam, "
+            "kartımdan isə pul artıq çıxılıb. Zəhmət olmasa yoxlayın və mənə xəbər verin, "
+            "çox təcili lazımdır.",
+            60,
+        ),
+        ("+994501000011", "Kamran Əlizadə", "Sabah gələ bilərəmmi?", 21 * 3600),
+        ("+994501000012", "Lalə Babayeva", "Cavab gözləyirəm...", 25 * 3600),
+    ):
+        http.post(
+            f"{sandbox['sim']}/_sim/inbound",
+            json={
+                "phone_number_id": "100000000000001",
+                "from": number,
+                "text": text,
+                "name": name,
+                "timestamp": now - ago,
+            },
+        ).raise_for_status()
     time.sleep(1)
     # Ruslan is answered; the others wait.
     http.post(
@@ -201,6 +227,13 @@ def main() -> None:
                 shoot(page, f"{url}/conversations?status=open", "conversations-open", out)
                 shoot(page, f"{url}/conversations?status=resolved", "conversations-resolved", out)
                 shoot(page, f"{url}/conversations?status=needs_reply", "conversations-needs-reply", out)
+                shoot(page, f"{url}/conversations?status=pending", "conversations-pending-empty", out)
+                page.goto(f"{url}/conversations?status=open&q=Lal%C9%99")
+                page.locator(".conversations a").first.click()
+                shoot(page, page.url, "conversation-closed-window", out)
+                page.goto(f"{url}/conversations?status=open&q=Kamran")
+                page.locator(".conversations a").first.click()
+                shoot(page, page.url, "conversation-closing-window", out)
                 shoot(page, f"{url}/conversations?status=open&q=SEHLA", "conversations-search", out)
                 page.goto(f"{url}/conversations?status=open&q=Leyla")
                 page.locator(".conversations a").first.click()
