@@ -123,6 +123,9 @@ class Kill:
     )
     events_claimed: int  # deliveries claimed for a POST at the kill (likewise)
     restart_seconds: float = 0.0
+    # The single sends the victim held claimed at the kill: a live dispatcher settles them within
+    # seconds, delivered by Meta's status or failed `upstream_unconfirmed` (sends.await_status_of_dead).
+    held_singles: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -139,6 +142,9 @@ class RunResult:
     lost: int = 0  # accepted, never at the simulator (and not failed)
     sent_twice: int = 0  # messages (or numbers) at the simulator more than once
     failed: int = 0  # accepted, ended `failed` (nothing was injected: each one is a finding)
+    # ... except a single send a killed dispatcher held, failed `upstream_unconfirmed` (DESIGN.md:
+    # an outcome nobody knows may end failed, never sent twice): counted apart, allowed
+    unconfirmed: int = 0
     not_delivered: int = 0  # accepted, not `delivered` after settling (and not failed)
     unaccepted_stored: int = 0  # messages of the run's channel no answer of ours names
     events_expected: int = 0
@@ -417,6 +423,17 @@ def pick_victim(
     return rng.choice(victims), sends, events
 
 
+def held_singles(database_url: str, pid: int | None) -> list[str]:
+    """The single sends a process (by pid) holds claimed: right after its kill, the dead's."""
+    if pid is None:
+        return []
+    sql = (
+        "SELECT message_id, locked_by FROM outbox WHERE kind = 'send_message' AND priority = 0"
+        " AND state IN ('in_flight', 'unconfirmed')"
+    )
+    return [str(m) for m, locked_by in query(database_url, sql) if str(locked_by).endswith(f":{pid}")]
+
+
 def down_seconds(rng: random.Random) -> float:
     """Mostly an immediate restart; sometimes a short outage; sometimes one longer than a send's lease
     (after which a send claimed by the dead process is the new one's to settle, or to send again)."""
@@ -487,7 +504,9 @@ def run_once(
         victim, sends, events = pick_victim(cluster, database_url, rng, len(result.kills))
         upstream = len(sim_sends(simulator, phone_number_id))
         down = down_seconds(rng)
+        pid = victim.pid()
         victim.kill()
+        held = held_singles(database_url, pid)
         kill = Kill(
             round(time.monotonic() - began, 2),
             victim.name,
@@ -496,6 +515,7 @@ def run_once(
             upstream,
             sends,
             events,
+            held_singles=held,
         )
         time.sleep(down)
         victim.start(timeout=60)
@@ -593,10 +613,14 @@ def count(
     result.sent_twice = len(doubled)
     result.samples["sent_twice"] = sorted(doubled)[:5]
     lost, failed, not_delivered = [], [], []
+    held = {message_id for kill in result.kills for message_id in kill.held_singles}
     for message_id in accepted:
         row = messages.get(message_id)
         status = row[2] if row is not None else None
-        if status == "failed":
+        unconfirmed = str(row[5] if row else "").startswith("upstream_unconfirmed")
+        if status == "failed" and unconfirmed and message_id in held and by_id[message_id] <= 1:
+            result.unconfirmed += 1
+        elif status == "failed":
             failed.append(f"{message_id} ({row[5] if row else ''})")
         elif by_id[message_id] == 0:
             lost.append(message_id)
@@ -758,6 +782,7 @@ COLUMNS = (
     ("lost", 4),
     ("twice", 5),
     ("failed", 6),
+    ("unconf", 6),
     ("undeliv", 7),
     ("ev.exp", 6),
     ("ev.got", 6),
@@ -780,6 +805,7 @@ def row_of(r: RunResult) -> list[str]:
         str(r.lost),
         str(r.sent_twice),
         str(r.failed),
+        str(r.unconfirmed),
         str(r.not_delivered),
         str(r.events_expected),
         str(r.events_delivered),
@@ -805,6 +831,7 @@ def total_of(scenario: str, results: list[RunResult]) -> list[str]:
         str(s("lost")),
         str(s("sent_twice")),
         str(s("failed")),
+        str(s("unconfirmed")),
         str(s("not_delivered")),
         str(s("events_expected")),
         str(s("events_delivered")),
@@ -839,7 +866,8 @@ def table(results: list[RunResult], *, markdown: bool = False) -> str:
 def summary_line(r: RunResult) -> str:
     return (
         f"accepted {r.accepted}/{r.intended} (batch {r.batch_accepted}), at the simulator once {r.sent_once},"
-        f" lost {r.lost}, sent twice {r.sent_twice}, failed {r.failed}, not delivered {r.not_delivered};"
+        f" lost {r.lost}, sent twice {r.sent_twice}, failed {r.failed}"
+        f" (and {r.unconfirmed} held by a killed dispatcher, unconfirmed), not delivered {r.not_delivered};"
         f" events expected {r.events_expected}, delivered {r.events_delivered}, lost {r.events_lost},"
         f" repeats {r.event_repeats}, doubled {r.events_doubled}, unexpected {r.events_unexpected};"
         f" deliveries undelivered {r.deliveries_undelivered}; outbox left {r.outbox_left};"

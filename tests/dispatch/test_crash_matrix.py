@@ -60,7 +60,8 @@ def test_sigkills_lose_nothing_and_send_nothing_twice(
     assert result.accepted == SPEC.messages and result.batch_accepted == SPEC.batch, result.refused[:3]
     assert result.lost == 0, result.samples["lost"]
     assert result.sent_twice == 0, result.samples["sent_twice"]
-    assert result.sent_once == SPEC.messages
+    # A single a killed dispatcher held may end failed `upstream_unconfirmed`, sent once or never.
+    assert result.sent_once >= SPEC.messages - result.unconfirmed
     assert result.events_expected >= 2 * SPEC.messages + 1  # created and delivered each, the batch
     assert result.events_lost == 0, result.samples["events_lost"]
     assert result.events_doubled == 0 and result.events_unexpected == 0, result.samples

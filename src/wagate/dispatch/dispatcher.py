@@ -244,28 +244,27 @@ class Dispatcher:
         if maintenance_due:
             self._last_maintenance = time.monotonic()
             await self._release_dead_owners()
-            # Sends orphaned by a crash are judged only once this process has listened for Meta's
-            # webhooks for a whole grace period: before that, silence proves nothing.
-            if time.monotonic() - self.started_at >= self.settings.unconfirmed_send_grace_seconds:
-                await self._release_unconfirmed(subscriptions, webhooks_before=started)
+            await self._release_unconfirmed(subscriptions, webhooks_before=started)
             for kind in (JobKind.sync_templates, JobKind.purge_expired):
                 for job in await self._claim(kind):
                     await self._run_periodic(job)
         return busy
 
-    async def _receiving_since(self) -> datetime | None:
+    async def _receiving_since(self, up_for: float | None = None) -> datetime | None:
         """Since when Meta's status webhooks have been reaching the gateway, if for a whole grace
         period at least (None otherwise): silence proves a send never reached Meta only if they could.
 
-        This process has listened for a whole grace period (see `_tick`); on PostgreSQL the webhooks
+        On SQLite they come to this process, so it must have listened that long itself (a restart after
+        a crash is deaf to what Meta retries meanwhile); on PostgreSQL the webhooks
         come to the API processes, which may not be this one, so one of them must have been up as long
         (its LISTEN session's start, in `pg_stat_activity`; the longest-running one, since Meta's
         retries reach whichever answers). Without it, an API process down longer than a send's lease
         while a worker runs would have the worker send again what Meta had (the crash matrix: 4 of 300,
-        serve killed with sends under way, back 5.3 s later)."""
-        grace = self.settings.unconfirmed_send_grace_seconds
+        serve killed with sends under way, back 5.3 s later). `up_for`: another period than the grace."""
+        grace = self.settings.unconfirmed_send_grace_seconds if up_for is None else up_for
         if self.db.is_sqlite:  # one process: this one receives them
-            return utcnow() - timedelta(seconds=time.monotonic() - self.started_at)
+            listened = time.monotonic() - self.started_at
+            return utcnow() - timedelta(seconds=listened) if listened >= grace else None
         async with self.db.read() as session:
             since: datetime | None = await session.scalar(
                 text(
@@ -327,8 +326,10 @@ class Dispatcher:
             self.lookups.forget_templates()
 
     async def _release_dead_owners(self) -> None:
-        """The rows of dispatchers known dead that need not wait out their leases (stored Meta
-        webhooks, event deliveries, reports: jobs.release_dead_owners; sends keep theirs).
+        """The rows of dispatchers known dead that need not wait out their leases: stored Meta
+        webhooks, event deliveries and reports at once (jobs.release_dead_owners); their single sends
+        in flight after a short wait for Meta's status, when Meta's webhooks reached a live API process
+        all along (sends.await_status_of_dead); their bulk sends keep their leases.
         PostgreSQL: a dispatcher whose locks' session is gone (killed, its machine lost), looked for at
         this process's start (every dispatcher may have died before it) and whenever a session
         disappeared since the last look, one glance at `pg_stat_activity` a second between. SQLite: one
@@ -351,8 +352,28 @@ class Dispatcher:
         dead = {owner for owner in owners if owner != self.worker_id and session_name(owner) not in live}
         if not dead:
             return
-        released = await self.db.write(partial(jobs.release_dead_owners, dead=dead, now=now), first=True)
-        log.info("%d outbox rows of %d dead dispatchers released without their leases", released, len(dead))
+        # Only the sends stored while an API process that still runs was up: Meta's statuses of those
+        # reached a live receiver. For the others, Meta's retries of what it could not deliver may
+        # still come, silence proves nothing, and they wait out their leases.
+        receiving = None if self.ownership.sole else await self._receiving_since(up_for=0)
+        status_by = now + timedelta(
+            seconds=self.settings.upstream_timeout_seconds + sends.STATUS_FOLLOWS_SECONDS
+        )
+
+        def release(session: Session) -> tuple[int, int]:
+            released = jobs.release_dead_owners(session, dead, now=now)
+            if receiving is None:
+                return released, 0
+            singles = sends.await_status_of_dead(session, dead, stored_since=receiving, until=status_by)
+            return released, singles
+
+        released, singles = await self.db.write(release, first=True)
+        log.info(
+            "%d outbox rows and %d single sends of %d dead dispatchers released without their leases",
+            released,
+            singles,
+            len(dead),
+        )
 
     async def _release_unconfirmed(self, subscriptions: Subscriptions, *, webhooks_before: datetime) -> None:
         """Settle sends whose outcome stayed unknown too long (see sends.release_unconfirmed), except
@@ -364,7 +385,7 @@ class Dispatcher:
         expired = [job for job in expired if job not in held]
         if not expired:
             return
-        receiving_since = await self._receiving_since()
+        receiving_since = await self._receiving_since(up_for=0)
         if receiving_since is None:
             return
         # Meta's retries of what it could not deliver before then reach us within a grace period.
@@ -372,7 +393,12 @@ class Dispatcher:
 
         def release(session: Session, job_ids: Sequence[int]) -> int:
             return sends.release_unconfirmed(
-                session, job_ids, subscriptions, webhooks_before=webhooks_before, caught_up=caught_up
+                session,
+                job_ids,
+                subscriptions,
+                webhooks_before=webhooks_before,
+                receiving_since=receiving_since,
+                caught_up=caught_up,
             )
 
         events, _ = await write_isolating(self.db, expired, release, sends.park_release)

@@ -184,10 +184,10 @@ def claimed_by(session: Session, now: datetime) -> set[str]:
 def release_dead_owners(session: Session, dead: Collection[str], *, now: datetime) -> int:
     """The rows of dispatchers known dead (their locks' session is gone: outbox/ownership.py) that may
     be taken at once instead of after their leases: stored Meta webhooks, event deliveries and reports
-    (applied again, posted again with the same `webhook-id`: both allowed). A dead owner's sends keep
-    their leases: one in flight at the kill may have reached Meta, whose status can come as late as the
-    upstream timeout plus the grace period after the claim; judged a grace period after the kill, the
-    crash matrix saw sends go twice (4 of 300, serve and worker killed)."""
+    (applied again, posted again with the same `webhook-id`: both allowed). Not its sends: one in
+    flight at the kill may have reached Meta, whose status can come as late as the upstream timeout
+    plus the grace period after the claim; sent again a grace period after the kill, the crash matrix
+    saw sends go twice (4 of 300, serve and worker killed). See sends.await_status_of_dead."""
     result = session.execute(
         update(OutboxJob)
         .where(

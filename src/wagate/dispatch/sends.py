@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -117,6 +117,10 @@ _AWAIT_WEBHOOK = (
     .values(state=JobState.unconfirmed, last_error=bindparam("error"), locked_until=bindparam("until"))
 )
 UNCONFIRMED_ERROR = "upstream_unconfirmed: WhatsApp neither accepted nor rejected the message"
+# Meta posts the `sent` status of a message it accepted within moments of its answer: after a call's
+# timeout and this, a dead dispatcher's single send with no status did not reach Meta, or cannot be told.
+STATUS_FOLLOWS_SECONDS = 5.0
+DEAD_OWNER_ERROR = "its dispatcher died with the send claimed: waiting for WhatsApp's status"
 
 
 @dataclass(frozen=True)
@@ -411,6 +415,33 @@ def park_outcome(session: Session, outcome: Outcome, error: str) -> None:
             complete_batches(session, [outcome.send.message_id])
 
 
+def await_status_of_dead(
+    session: Session, dead: Collection[str], *, stored_since: datetime, until: datetime
+) -> int:
+    """Single sends in flight of dispatchers known dead (outbox/ownership.py), stored since
+    `stored_since` (a receiver of Meta's webhooks has run since): `unconfirmed` until `until` instead
+    of their lease (75 s by default). Meta's status settles one that reached it
+    (`settle_sends`); `release_unconfirmed` fails the rest `upstream_unconfirmed`, never sending one
+    again: a call made just before the kill may have reached Meta, and a claim does not say whether it
+    was made. A single send is someone waiting now (an OTP): an answer within seconds, delivered or
+    failed so that the caller falls back, serves them better than the message a minute late. A batch's
+    rows keep their lease and go once after it (decisions/0001). Returns how many were changed."""
+    result = session.execute(
+        update(OutboxJob)
+        .where(
+            OutboxJob.locked_by.in_(list(dead)),
+            OutboxJob.kind == JobKind.send_message,
+            OutboxJob.state == JobState.in_flight,
+            OutboxJob.priority == Priority.single,
+            OutboxJob.created_at >= stored_since,
+            OutboxJob.locked_until > until,
+        )
+        .values(state=JobState.unconfirmed, locked_until=until, last_error=DEAD_OWNER_ERROR)
+        .execution_options(synchronize_session=False)
+    )
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+
 def expired_sends(session: Session, *, limit: int = 500) -> list[int]:
     """Send rows `in_flight` past their lease or `unconfirmed` past their grace: for release_unconfirmed."""
     return list(
@@ -432,6 +463,7 @@ def release_unconfirmed(
     subscriptions: Subscriptions | None = None,
     *,
     webhooks_before: datetime | None = None,
+    receiving_since: datetime | None = None,
     caught_up: datetime | None = None,
 ) -> int:
     """Settle sends whose outcome stayed unknown past their grace period, with no status webhook.
@@ -450,7 +482,9 @@ def release_unconfirmed(
     beyond one batch) may hold the status that settles one of these sends, if it was stored before
     the send's time ran out (`locked_until`: Meta's statuses come within the grace period, which that
     time includes) or before `caught_up` (when the retries of statuses Meta could not deliver while
-    no receiving process was up have come: its start plus a grace period). While one does, the send is
+    no receiving process was up have come: its start, `receiving_since`, plus a grace period). A send
+    stored before `receiving_since` is not decided before `caught_up` either: its status may be one of
+    those retries; one stored since had a receiver up all along. While one does, the send is
     not decided, neither sent again (Meta would get it twice) nor failed (it may have been
     delivered); it is looked at again on the next round. Webhooks stored later do not hold it back:
     under steady load there is always a newer one waiting, and a dead worker's sends waited for the
@@ -474,6 +508,9 @@ def release_unconfirmed(
     asked = False  # once, and only if something is unsettled
     for job, message in rows:
         settled = message.upstream_message_id is not None or message.status is MessageStatus.failed
+        missed = receiving_since is None or job.created_at < receiving_since
+        if not settled and caught_up is not None and now < caught_up and missed:
+            continue
         if not settled and webhooks_before is not None:
             if not asked:
                 oldest_waiting, asked = _oldest_waiting_webhook(session, webhooks_before), True
