@@ -558,7 +558,7 @@ def summarize_collapsed(path: Path, top: int = 25) -> dict[str, Any]:
         best = sorted(counts.items(), key=lambda item: -item[1])[:limit]
         return [(frame, round(100 * n / max(total, 1), 1)) for frame, n in best]
 
-    wagate_frames = {f: n for f, n in inclusive.items() if "wagate/" in f and "cli.py" not in f}
+    wagate_frames = {f: n for f, n in inclusive.items() if "wagate/" in f and "ops/cli.py" not in f}
     return {
         "samples": total,
         "by_library_pct": dict(ranked(libraries, len(libraries))),

@@ -32,8 +32,8 @@ from wagate.accounts.models import Account, Role, User
 from wagate.channels.models import Channel, ChannelMember
 from wagate.conversations.models import Contact, Conversation, ConversationStatus
 from wagate.conversations.repository import list_conversations
-from wagate.db import Database, table_of, utcnow
-from wagate.migrate import migrate, sync_url
+from wagate.core.db import Database, table_of, utcnow
+from wagate.core.migrate import migrate, sync_url
 
 POSTGRES_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 

@@ -44,8 +44,8 @@ from wagate.conversations.repository import (
     list_conversations,
 )
 from wagate.conversations.search import contact_key
-from wagate.db import Database, table_of, utcnow
-from wagate.migrate import sync_url
+from wagate.core.db import Database, table_of, utcnow
+from wagate.core.migrate import sync_url
 
 POSTGRES_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 FIRST = ["Şəhla", "Elçin", "Aysel", "Rəşad", "Günel", "Tural", "Nərmin", "İlkin", "Ülviyyə", "Kamran",

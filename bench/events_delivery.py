@@ -63,10 +63,10 @@ from sqlalchemy import Engine, create_engine, func, select
 from sqlalchemy.orm import Session
 from stack import GatewayStack, next_phone_number
 
-from wagate.db import isoformat, utcnow
+from wagate.core.db import isoformat, utcnow
+from wagate.core.ids import new_id
 from wagate.events.models import Delivery, DeliveryAttempt, DeliveryKind, DeliveryState
 from wagate.events.publish import NewDelivery, webhook_key_prefix, write_deliveries
-from wagate.ids import new_id
 from wagate.outbox.models import JobKind, OutboxJob
 
 TARGET_PER_SECOND = 1000.0  # DESIGN.md, "Targets"

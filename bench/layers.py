@@ -27,13 +27,16 @@ from pathlib import Path
 STEPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "request log line and metrics",
-        ("wagate/logs.py", "wagate/metrics.py", "prometheus_client", "structlog"),
+        ("wagate/observability/logs.py", "wagate/observability/metrics.py", "prometheus_client", "structlog"),
     ),
-    # serving.py's transport proxy writes the response (uvloop's write is C: its syscall shows here).
+    # http/serving.py's transport proxy writes the response (uvloop's write is C: its syscall shows here).
     ("HTTP server: uvicorn (parsing, transport)", ("_HeadWithBody.",)),
-    ("guard (query, body and rate limits)", ("wagate/limits.py", "wagate/serving.py")),
-    ("auth and caches", ("wagate/lookups.py", "wagate/cache.py", "accounts/auth.py", "wagate/security.py")),
-    ("phone number checks", ("wagate/phones.py", "phonenumbers/")),
+    ("guard (query, body and rate limits)", ("wagate/http/limits.py", "wagate/http/serving.py")),
+    (
+        "auth and caches",
+        ("wagate/runtime/lookups.py", "wagate/core/cache.py", "accounts/auth.py", "wagate/core/security.py"),
+    ),
+    ("phone number checks", ("wagate/core/phones.py", "phonenumbers/")),
     ("template binding and rendering", ("wagate/templates/", "bind_template")),
     ("idempotency key", ("wagate/idempotency/",)),
     ("events written", ("wagate/events/", "messages/events.py")),
@@ -74,8 +77,11 @@ STEPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("send: store rows (repository)", ("messages/repository.py",)),
     # A send's contact and conversation upserts, and the customers a status teaches: both paths.
     ("contacts and conversations", ("conversations/",)),
-    ("send: endpoint and response", ("messages/endpoints.py", "wagate/responses.py", "wagate/deps.py")),
-    ("units of work: batching and commit", ("wagate/db.py", "outbox/isolation.py")),
+    (
+        "send: endpoint and response",
+        ("messages/endpoints.py", "wagate/http/responses.py", "wagate/api/deps.py"),
+    ),
+    ("units of work: batching and commit", ("wagate/core/db.py", "outbox/isolation.py")),
 )
 # Below its step, where a sample is: the statement compiler, the driver, the commit.
 MECHANISMS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -87,8 +93,8 @@ MECHANISMS: tuple[tuple[str, tuple[str, ...]], ...] = (
 # For samples under no step: the library of the innermost frame.
 LIBRARIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("HTTP server: uvicorn (parsing, transport)", ("uvicorn/", "httptools")),
-    # app.py's own router (`_fast_route`) stands in for Starlette's on the hot routes.
-    ("HTTP: FastAPI/Starlette and pydantic", ("fastapi/", "starlette/", "pydantic", "wagate/app.py")),
+    # api/app.py's own router (`_fast_route`) stands in for Starlette's on the hot routes.
+    ("HTTP: FastAPI/Starlette and pydantic", ("fastapi/", "starlette/", "pydantic", "wagate/api/app.py")),
     ("SQLAlchemy outside any step", ("sqlalchemy/", "greenlet")),
     ("database driver outside any step", ("psycopg", "sqlite3", "aiosqlite")),
     ("JSON (orjson)", ("orjson",)),

@@ -67,7 +67,7 @@ from loadgen import LoadResult, closed_loop, install_uvloop
 from stack import next_phone_number
 
 # Client connections in every closed loop. Not DESIGN.md's 64: an API process's read pool opens a
-# connection per concurrent request up to 40 (src/wagate/db.py), and the machine's PostgreSQL
+# connection per concurrent request up to 40 (src/wagate/core/db.py), and the machine's PostgreSQL
 # (max_connections = 100) is shared with other people's tests, which hold 40 and more at times.
 CONCURRENCY = 32
 CHANNELS = 4

@@ -66,11 +66,11 @@ class StatementCounter:
 
 
 def measure(database_url: str, workdir: Path, messages: int, statuses: bool) -> dict[str, Any]:
-    from wagate.app import create_app
-    from wagate.config import Settings
-    from wagate.migrate import migrate
-    from wagate.operations import run_provision
-    from wagate.provisioning import ProvisionFile
+    from wagate.api.app import create_app
+    from wagate.core.config import Settings
+    from wagate.core.migrate import migrate
+    from wagate.ops.operations import run_provision
+    from wagate.ops.provisioning import ProvisionFile
     from wagate.simulator.app import create_simulator_app
     from wagate.simulator.server import RunningServer
     from wagate.simulator.state import SimulatorConfig

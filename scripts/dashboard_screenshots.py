@@ -24,7 +24,7 @@ from pathlib import Path
 import httpx
 from playwright.sync_api import Page, sync_playwright
 
-from wagate.sandbox import DEMO_WABA_ID
+from wagate.ops.sandbox import DEMO_WABA_ID
 
 ROOT = Path(__file__).resolve().parent.parent
 ARGS = [

@@ -18,14 +18,14 @@ from cryptography.fernet import Fernet
 from fastapi import FastAPI
 from sqlalchemy import NullPool, create_engine, text
 
-import wagate.deps
+import wagate.api.deps
 from support import APP_SECRET, VERIFY_TOKEN, Gateway, Simulator, provision_file
-from wagate.app import create_app
-from wagate.config import Settings
-from wagate.migrate import migrate, sync_url
-from wagate.operations import run_provision
-from wagate.provisioning import ProvisionFile
-from wagate.serving import guarded_protocol
+from wagate.api.app import create_app
+from wagate.core.config import Settings
+from wagate.core.migrate import migrate, sync_url
+from wagate.http.serving import guarded_protocol
+from wagate.ops.operations import run_provision
+from wagate.ops.provisioning import ProvisionFile
 from wagate.simulator.server import serve_in_background, start_in_thread
 
 
@@ -120,7 +120,7 @@ def sql(database_url: str, statement: str, **params: Any) -> list[tuple[Any, ...
 @asynccontextmanager
 async def gateway_in_this_loop(
     database_url: str, simulator: Simulator, **settings: Any
-) -> AsyncIterator[tuple[str, wagate.deps.Gateway, dict[str, int]]]:
+) -> AsyncIterator[tuple[str, wagate.api.deps.Gateway, dict[str, int]]]:
     """The gateway served as a task of the running loop: its URL, the `Gateway` its handlers get, and
     the ids. For tests that take an action through a service function (as the dashboard will) and
     check over HTTP what the API makes of it."""

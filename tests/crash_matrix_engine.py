@@ -60,7 +60,7 @@ from gateway_process import (
 )
 from receiver import Receiver
 from support import ADMIN_TOKEN, Simulator, new_number, postgres_admin_url, provision_file
-from wagate.cache import DEFAULT_TTL_SECONDS as SUBSCRIPTIONS_CACHE_SECONDS
+from wagate.core.cache import DEFAULT_TTL_SECONDS as SUBSCRIPTIONS_CACHE_SECONDS
 
 HEADERS = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 EVENTS = ["message_created", "message_updated", "batch_completed"]

@@ -20,8 +20,8 @@ from sqlalchemy.orm import Session
 
 from wagate.accounts.models import Account
 from wagate.channels.models import Channel
-from wagate.config import Settings
-from wagate.db import sqlite_path
+from wagate.core.config import Settings
+from wagate.core.db import sqlite_path
 from wagate.events.subscriptions import NO_SUBSCRIPTIONS
 from wagate.messages.repository import store_sends
 from wagate.messages.service import build_send

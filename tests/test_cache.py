@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from wagate.cache import TTLCache
+from wagate.core.cache import TTLCache
 
 
 def in_a_loop(test: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[], None]:

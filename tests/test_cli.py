@@ -15,7 +15,7 @@ from cryptography.fernet import Fernet
 
 from support import APP_SECRET, MAIN, Simulator, provision_file
 
-WAGATE = [sys.executable, "-m", "wagate.cli"]
+WAGATE = [sys.executable, "-m", "wagate.ops.cli"]
 
 
 @pytest.fixture(scope="module")

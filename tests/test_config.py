@@ -9,8 +9,8 @@ import pytest
 from pydantic import ValidationError
 from uvicorn.middleware.proxy_headers import _TrustedHosts
 
-from wagate.config import Settings
-from wagate.serving import uvicorn_options
+from wagate.core.config import Settings
+from wagate.http.serving import uvicorn_options
 
 
 def test_sqlite_urls_are_accepted_in_both_spellings(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,4 +1,4 @@
-"""Mergeable units (wagate.db): single sends that share a batch share its statements. What a user
+"""Mergeable units (wagate.core.db): single sends that share a batch share its statements. What a user
 relies on: each caller gets its own result, in order, and a unit that fails loses only itself."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from wagate.db import Database, Mergeable
+from wagate.core.db import Database, Mergeable
 
 
 def _store(calls: list[list[int]], session: Session, items: list[int]) -> list[int]:

@@ -18,7 +18,7 @@ from sqlalchemy import table as sql_table
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from wagate.db import Database
+from wagate.core.db import Database
 from wagate.outbox.notify import CHANNEL, notify_outbox
 
 
@@ -145,7 +145,7 @@ def test_units_wake_workers_of_other_processes_when_their_rows_commit(table: str
 def test_a_long_multi_row_statement_is_converted_once_not_per_batch(table: str) -> None:
     """psycopg parses a query's placeholders anew unless it is in its cache, which by default takes no
     query over 4,096 characters or 50 parameters: a group-commit batch's multi-row statements were
-    parsed on every batch (wagate.db `_cache_long_statements`). Private to psycopg, so checked here:
+    parsed on every batch (wagate.core.db `_cache_long_statements`). Private to psycopg, so checked here:
     an upgrade that renames these fails this test instead of silently costing the CPU again."""
     from psycopg import _queries
 

@@ -27,9 +27,9 @@ from typer.testing import CliRunner
 
 from gateway_process import WAGATE, GatewayProcess, free_port
 from support import postgres_admin_url
-from wagate.cli import app
-from wagate.config import Settings
-from wagate.security import SecretBox, SecretKeyError, new_secret_key, read_or_create_key_file
+from wagate.core.config import Settings
+from wagate.core.security import SecretBox, SecretKeyError, new_secret_key, read_or_create_key_file
+from wagate.ops.cli import app
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -69,7 +69,9 @@ def test_compose_and_env_file_name_only_existing_settings() -> None:
     named = set(SETTING.findall((DEPLOY / "compose.yaml").read_text()))
     named |= set(SETTING.findall((DEPLOY / "wagate.env.example").read_text()))
     unknown = named - setting_names()
-    assert not unknown, f"deploy/ names settings that src/wagate/config.py does not have: {sorted(unknown)}"
+    assert not unknown, (
+        f"deploy/ names settings that src/wagate/core/config.py does not have: {sorted(unknown)}"
+    )
 
 
 @pytest.mark.parametrize("name", ["wagate.env.example", "postgres.env.example"])

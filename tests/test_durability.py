@@ -8,7 +8,7 @@ import asyncio
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from wagate.db import Database
+from wagate.core.db import Database
 
 # SQLite's `PRAGMA synchronous` values: 2 is FULL, which syncs the WAL at every commit (NORMAL, 1,
 # would lose the last commits on a power cut).

@@ -211,7 +211,10 @@ def test_secure_cookies_are_forced_over_plain_http(provisioned: Provisioned, tmp
 
 
 def test_a_trusted_proxy_that_is_no_address_stops_the_start(tmp_path: Path) -> None:
-    env = {"WAGATE_DATABASE_URL": f"sqlite:///{tmp_path / 'wagate.db'}", "WAGATE_TRUSTED_PROXIES": "proxy"}
+    env = {
+        "WAGATE_DATABASE_URL": f"sqlite:///{tmp_path / 'wagate.db'}",
+        "WAGATE_TRUSTED_PROXIES": "proxy",
+    }
     done = subprocess.run(
         [str(WAGATE), "serve", "--port", str(free_port())],
         env={"PATH": "/usr/bin:/bin", **env},

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 
-from wagate.ids import new_id
+from wagate.core.ids import new_id
 
 
 def test_ids_made_in_one_millisecond_keep_their_order() -> None:

@@ -18,10 +18,10 @@ from sqlalchemy.orm import Session
 
 from app_in_thread import gateway_with_app, sql
 from support import Gateway, Simulator, wait_for
-from wagate.db import Database
-from wagate.migrate import migrate
+from wagate.core.db import Database
+from wagate.core.migrate import migrate
+from wagate.core.security import hash_api_token
 from wagate.outbox.errors import describe_error
-from wagate.security import hash_api_token
 from wagate.whatsapp.errors import RecipientError
 
 # What a message carries that must stay in the database: an OTP code, a phone number.

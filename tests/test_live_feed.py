@@ -1,4 +1,4 @@
-"""The live changes the dashboard's pages are fed with (wagate.live), over real sockets: a send over
+"""The live changes the dashboard's pages are fed with (wagate.core.live), over real sockets: a send over
 HTTP, its status webhooks, a customer's reply and an agent's Resolve reach a subscriber of the account
 once committed; a unit rolled back publishes nothing; a subscriber that falls behind is reset; on
 PostgreSQL what another process commits (a `wagate worker`, another hub) reaches this process's hub,
@@ -22,11 +22,11 @@ import gateway_process
 from app_in_thread import gateway_in_this_loop, gateway_settings
 from gateway_process import WAGATE, gateway_env, simulator_wiring, tail
 from support import ADMIN_TOKEN, MAIN, Simulator, new_number, provision_file
-from wagate.app import create_app
+from wagate.api.app import create_app
 from wagate.conversations.models import ConversationStatus
 from wagate.conversations.service import change_conversation_status
-from wagate.db import Database
-from wagate.live import (
+from wagate.core.db import Database
+from wagate.core.live import (
     PAYLOAD_LIMIT,
     LiveChange,
     LiveFeed,
@@ -36,9 +36,9 @@ from wagate.live import (
     encode_changes,
     record_live,
 )
-from wagate.migrate import migrate
-from wagate.operations import run_provision
-from wagate.provisioning import ProvisionFile
+from wagate.core.migrate import migrate
+from wagate.ops.operations import run_provision
+from wagate.ops.provisioning import ProvisionFile
 from wagate.simulator.server import serve_in_background
 
 pytestmark = pytest.mark.timeout(180)

@@ -13,8 +13,8 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy.pool import NullPool
 
-from wagate.migrate import alembic_config, sync_url
-from wagate.models import Base
+from wagate.core.migrate import alembic_config, sync_url
+from wagate.ops.schema import Base
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 GIVEN: dict[str, dict[str, Any]] = {

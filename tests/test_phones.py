@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from wagate import phones
-from wagate.errors import InvalidPhoneNumber
+from wagate.core import phones
+from wagate.core.errors import InvalidPhoneNumber
 
 
 def test_a_number_checked_again_gets_the_first_answer() -> None:

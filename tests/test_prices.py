@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from wagate.config import Settings
-from wagate.prices import PriceList
+from wagate.core.config import Settings
+from wagate.core.prices import PriceList
 
 ENTRIES = [
     {

@@ -473,7 +473,7 @@ def snapshot(gateway: Gateway) -> dict[str, Any]:
 def rows_of(database_url: str, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
     from sqlalchemy import NullPool, create_engine, text
 
-    from wagate.migrate import sync_url
+    from wagate.core.migrate import sync_url
 
     engine = create_engine(sync_url(database_url), poolclass=NullPool)
     try:

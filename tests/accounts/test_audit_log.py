@@ -28,8 +28,8 @@ from support import (
     provision_file,
     wait_for,
 )
-from wagate.operations import run_provision
-from wagate.provisioning import ProvisionFile
+from wagate.ops.operations import run_provision
+from wagate.ops.provisioning import ProvisionFile
 
 KEY = Fernet.generate_key().decode()
 CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')

@@ -38,12 +38,12 @@ from support import (
     provision_file,
     wait_for,
 )
-from wagate.db import Database
-from wagate.migrate import sync_url
-from wagate.rotation import RotationReport, rotate_secrets
-from wagate.security import SecretBox
+from wagate.core.db import Database
+from wagate.core.migrate import sync_url
+from wagate.core.security import SecretBox
+from wagate.ops.rotation import RotationReport, rotate_secrets
 
-WAGATE = [sys.executable, "-m", "wagate.cli"]
+WAGATE = [sys.executable, "-m", "wagate.ops.cli"]
 OLD_KEY = Fernet.generate_key().decode()
 NEW_KEY = Fernet.generate_key().decode()
 CHANNEL_TOKENS = ["EAAG-test-Main", "EAAG-test-Second", "EAAG-test-Globex"]

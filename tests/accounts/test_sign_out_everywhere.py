@@ -19,7 +19,7 @@ from cryptography.fernet import Fernet
 from app_in_thread import running_gateway
 from support import APP_SECRET, Gateway, Simulator, post_login, provision_file
 
-WAGATE = [sys.executable, "-m", "wagate.cli"]
+WAGATE = [sys.executable, "-m", "wagate.ops.cli"]
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ import pytest
 
 from app_in_thread import running_gateway
 from support import Gateway, Simulator, new_number
-from wagate.config import Settings
+from wagate.core.config import Settings
 
 MiB = 1024 * 1024
 CHUNK = b"x" * (64 * 1024)

@@ -9,8 +9,8 @@ import pytest
 from cryptography.fernet import Fernet
 
 from support import ADMIN_TOKEN
-from wagate.app import create_app
-from wagate.config import Settings
+from wagate.api.app import create_app
+from wagate.core.config import Settings
 from wagate.simulator.server import start_in_thread
 
 

@@ -10,7 +10,7 @@ import httpx
 
 from app_in_thread import gateway_in_this_loop, sql
 from support import Gateway, Simulator
-from wagate.migrate import head_revision
+from wagate.core.migrate import head_revision
 
 
 def test_ready_names_the_schema_and_the_dispatcher(gateway: Gateway) -> None:

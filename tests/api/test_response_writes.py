@@ -10,8 +10,8 @@ from typing import Any
 import uvicorn
 from uvicorn.server import ServerState
 
-from wagate.config import Settings
-from wagate.serving import uvicorn_options
+from wagate.core.config import Settings
+from wagate.http.serving import uvicorn_options
 
 REQUEST = b"GET / HTTP/1.1\r\nhost: localhost\r\n\r\n"
 

@@ -26,7 +26,7 @@ from support import (
 )
 from wagate.bulk.models import Batch, BatchRecipient
 from wagate.bulk.repository import purge_expired_batches
-from wagate.db import Database, utcnow
+from wagate.core.db import Database, utcnow
 
 OTP = {"name": "otp_code", "language": "en", "parameters": ["123456"]}
 

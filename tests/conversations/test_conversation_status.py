@@ -13,7 +13,7 @@ from app_in_thread import gateway_in_this_loop
 from support import ADMIN_TOKEN, AGENT_TOKEN, OTHER_TOKEN, OUTSIDER_TOKEN, Simulator
 from wagate.conversations.models import ConversationStatus
 from wagate.conversations.service import ConversationNotFound, change_conversation_status
-from wagate.errors import Forbidden
+from wagate.core.errors import Forbidden
 
 NUMBER = "+994501112233"
 

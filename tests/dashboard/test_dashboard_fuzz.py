@@ -26,8 +26,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from support import MAIN, Gateway, new_number, post_login
-from wagate.app import create_app
-from wagate.config import Settings
+from wagate.api.app import create_app
+from wagate.core.config import Settings
 
 SCALE = int(os.environ.get("WAGATE_FUZZ_EXAMPLES", "1"))
 NOT_DASHBOARD = ("/v1/", "/webhooks/", "/openapi", "/docs", "/redoc", "/healthz", "/readyz")

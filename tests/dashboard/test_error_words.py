@@ -11,8 +11,8 @@ from playwright.sync_api import Page, expect
 from test_dashboard_conversations import sign_in
 
 from support import MAIN, Gateway, new_number, signed_in, wait_for
+from wagate.core.errors import InvalidPhoneNumber, InvalidRequest
 from wagate.dashboard.views import FailureName, error_words, failure_name
-from wagate.errors import InvalidPhoneNumber, InvalidRequest
 from wagate.simulator.magic import MAGIC_REENGAGEMENT
 
 OTP = {"name": "otp_code", "language": "en", "parameters": ["123456"]}

@@ -31,10 +31,10 @@ from app_in_thread import sql
 from support import Gateway, change, new_number, post_meta, signed_in, wait_for, webhook, window
 from wagate.accounts.models import DashboardSession
 from wagate.accounts.service import sign_out_everywhere
+from wagate.core.db import Database, utcnow
+from wagate.core.migrate import sync_url
+from wagate.core.security import hash_api_token
 from wagate.dashboard import live_stream
-from wagate.db import Database, utcnow
-from wagate.migrate import sync_url
-from wagate.security import hash_api_token
 
 pytestmark = pytest.mark.timeout(180)
 RECHECK = 1.0  # seconds: the stream's re-check in these tests (15 s in production)

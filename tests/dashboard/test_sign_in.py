@@ -9,7 +9,7 @@ import httpx
 
 from app_in_thread import sql
 from support import Gateway, post_login
-from wagate.security import (
+from wagate.core.security import (
     _verify_scrypt,  # noqa: F401 (the scheme the old hashes used exists)
     hash_password,
 )

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from app_in_thread import gateway_with_app
 from support import Gateway, Simulator
-from wagate.migrate import sync_url
+from wagate.core.migrate import sync_url
 from wagate.outbox.models import JobKind, OutboxJob
 
 

@@ -19,9 +19,9 @@ import pytest
 from sqlalchemy import create_engine, insert, text
 
 from crash_matrix_engine import fresh_database
-from wagate.db import utcnow
+from wagate.core.db import utcnow
+from wagate.core.migrate import migrate, sync_url
 from wagate.dispatch.sends import _claim_sends_statement
-from wagate.migrate import migrate, sync_url
 from wagate.outbox.models import JobKind, OutboxJob, Priority, outbox_row
 
 BACKLOG = 5000

@@ -16,7 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from support import Gateway, new_number
-from wagate.db import utcnow
+from wagate.core.db import utcnow
 from wagate.dispatch.sends import claim_sends
 from wagate.outbox.models import JobKind, JobState, OutboxJob, Priority, outbox_row
 

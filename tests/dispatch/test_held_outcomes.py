@@ -11,10 +11,10 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from support import store_text_sends
-from wagate.db import Database, utcnow
+from wagate.core.db import Database, utcnow
+from wagate.core.migrate import migrate
 from wagate.dispatch import sends
 from wagate.messages.models import Message, ParkedStatus
-from wagate.migrate import migrate
 from wagate.outbox.models import ClaimedSend, OutboxJob
 
 HELD = "held_for_quality_assessment"

@@ -21,7 +21,7 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from support import Gateway, new_number
-from wagate.db import utcnow
+from wagate.core.db import utcnow
 from wagate.dispatch.sends import release_unconfirmed
 from wagate.outbox.models import JobKind, JobState, OutboxJob, Priority, outbox_row
 

@@ -8,10 +8,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from support import store_text_sends
-from wagate.db import Database
+from wagate.core.db import Database
+from wagate.core.migrate import migrate
 from wagate.dispatch import sends
 from wagate.messages.models import Message
-from wagate.migrate import migrate
 from wagate.outbox.models import ClaimedSend, OutboxJob
 from wagate.outbox.retry import SEND_NOT_DELIVERED
 

@@ -10,15 +10,15 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from wagate.accounts.models import Account
-from wagate.db import Database, utcnow
+from wagate.core.db import Database, utcnow
+from wagate.core.migrate import migrate
+from wagate.core.security import SecretBox
 from wagate.events import deliveries, repository, service
 from wagate.events.http import PostResult
 from wagate.events.models import Delivery, DeliveryKind, DeliveryState
 from wagate.events.publish import NewDelivery, write_deliveries
-from wagate.migrate import migrate
 from wagate.outbox.models import JobKind, OutboxJob
 from wagate.outbox.retry import EVENT_DELIVERY, EVENT_RETRY_WINDOW
-from wagate.security import SecretBox
 
 NEVER = deliveries.DisablePolicy(after_failures=1_000_000, after_seconds=0)
 FAILED = PostResult(status_code=500, latency_ms=3, error="HTTP 500", response=None)

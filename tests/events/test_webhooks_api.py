@@ -8,7 +8,7 @@ import base64
 import pytest
 
 from support import ADMIN_TOKEN, AGENT_TOKEN, OTHER_TOKEN, Gateway
-from wagate.errors import InvalidUrl
+from wagate.core.errors import InvalidUrl
 from wagate.events.urls import check_url, forbidden_address
 
 PUBLIC_URL = "https://93.184.215.14/hooks/wa"  # a public address literal: no DNS needed, no traffic sent

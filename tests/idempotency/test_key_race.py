@@ -19,7 +19,7 @@ from fastapi import FastAPI
 
 from app_in_thread import gateway_with_app, sql
 from support import Gateway, Simulator, new_number
-from wagate.db import Database
+from wagate.core.db import Database
 
 
 @pytest.fixture(scope="module")

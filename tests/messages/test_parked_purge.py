@@ -16,9 +16,9 @@ from sqlalchemy import NullPool, create_engine, update
 
 from app_in_thread import gateway_with_app, sql
 from support import APP_SECRET, MAIN, Gateway, Simulator, new_number, wait_for
-from wagate.db import utcnow
+from wagate.core.db import utcnow
+from wagate.core.migrate import sync_url
 from wagate.messages.models import ParkedStatus
-from wagate.migrate import sync_url
 from wagate.outbox.models import JobKind, OutboxJob
 from wagate.whatsapp.signature import sign
 

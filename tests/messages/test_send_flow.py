@@ -238,7 +238,7 @@ def test_concurrent_repeats_of_one_idempotency_key_send_once(gateway: Gateway) -
 
 
 def test_single_sends_that_arrive_together_are_each_stored_and_sent_once(gateway: Gateway) -> None:
-    """Single sends that share a commit are stored with shared statements (wagate.db.Mergeable): each
+    """Single sends that share a commit are stored with shared statements (wagate.core.db.Mergeable): each
     request still gets its own message, to its own number (two to one number included), each goes
     out once, and a keyed one among them is remembered under its key."""
     numbers = [new_number() for _ in range(23)]

@@ -154,7 +154,7 @@ def test_an_integer_parameter_beyond_64_bits_must_be_sent_as_a_string(gateway: G
     number = new_number()
     template = {"name": "otp_code", "language": "en", "parameters": [10**30]}
     error = error_of(gateway.send({"phone_number": number, "template": template}))
-    # Refused with every integer beyond 64 bits in a request (wagate.limits), naming the value.
+    # Refused with every integer beyond 64 bits in a request (wagate.http.limits), naming the value.
     assert error["code"] == "invalid_request" and "string" in error["details"][0]["issue"]
     assert error["details"][0]["field"] == "template.parameters.0"
     template["parameters"] = [str(10**30)]

@@ -16,11 +16,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from support import store_text_sends
-from wagate.db import Database, table_of
+from wagate.core.db import Database, table_of
+from wagate.core.migrate import migrate
 from wagate.messages.models import MESSAGE_COLUMNS, Message, MessageRecord, MessageStatus
 from wagate.messages.schemas import message_view
 from wagate.messages.webhooks import _write_statuses
-from wagate.migrate import migrate
 
 _messages = table_of(Message)
 

@@ -24,8 +24,8 @@ from sqlalchemy import create_engine
 from sqlalchemy.orm import Session
 from test_limiter import most_in_window, run_until
 
-from wagate.db import utcnow
-from wagate.migrate import migrate
+from wagate.core.db import utcnow
+from wagate.core.migrate import migrate
 from wagate.outbox.limiter import SlidingWindowLimiter
 from wagate.outbox.models import JobKind, JobState, OutboxJob, Priority
 from wagate.outbox.ownership import LOCK_CLASS, AdvisoryLockOwnership

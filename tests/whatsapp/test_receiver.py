@@ -92,7 +92,7 @@ def sent_message(gateway: Gateway) -> tuple[str, str, str]:
 
 
 def test_statuses_posted_together_are_each_stored_and_applied(gateway: Gateway) -> None:
-    """Bodies that come in together are stored in one statement (wagate.db.Mergeable): each is
+    """Bodies that come in together are stored in one statement (wagate.core.db.Mergeable): each is
     acknowledged, and each is applied."""
     gateway.sim.configure(auto_statuses=False)
     try:

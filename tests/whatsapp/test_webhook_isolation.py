@@ -23,9 +23,9 @@ from sqlalchemy import create_engine, func, select
 
 from app_in_thread import gateway_settings, running_gateway
 from support import APP_SECRET, MAIN, Gateway, Simulator, new_number, wait_for
-from wagate.app import create_app
+from wagate.api.app import create_app
+from wagate.core.migrate import sync_url
 from wagate.dispatch import jobs
-from wagate.migrate import sync_url
 from wagate.outbox.models import JobKind, OutboxJob
 from wagate.outbox.retry import RetryPolicy
 from wagate.simulator.magic import MAGIC_SERVER_ERROR
@@ -101,7 +101,7 @@ def dead_letters(database_url: str) -> list[dict[str, Any]]:
     """What an operator sees: `wagate dead-letters`, one JSON object a line, newest first."""
     env = {**os.environ, "WAGATE_DATABASE_URL": database_url, "WAGATE_LOG_LEVEL": "warning"}
     done = subprocess.run(
-        [sys.executable, "-m", "wagate.cli", "dead-letters", "--limit", "20"],
+        [sys.executable, "-m", "wagate.ops.cli", "dead-letters", "--limit", "20"],
         env=env,
         capture_output=True,
         text=True,

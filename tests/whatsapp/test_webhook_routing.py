@@ -26,9 +26,9 @@ from test_receiver import post_signed, status, status_webhook
 
 from app_in_thread import gateway_with_app, sql
 from support import MAIN, Gateway, Simulator
-from wagate.db import utcnow
+from wagate.core.db import utcnow
+from wagate.core.migrate import migrate, sync_url
 from wagate.dispatch.jobs import WEBHOOK_LEASE_SECONDS, claim_jobs, take_over_webhooks
-from wagate.migrate import migrate, sync_url
 from wagate.outbox.models import JobKind, OutboxJob, Priority, outbox_row
 
 ME = "host:1"

@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from wagate.accounts.models import ApiKey, Role, User
-from wagate.errors import AdministratorRequired, Forbidden
+from wagate.core.errors import AdministratorRequired, Forbidden
 
 
 @dataclass(frozen=True)

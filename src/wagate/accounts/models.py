@@ -6,7 +6,7 @@ from datetime import datetime
 from sqlalchemy import Enum, ForeignKey, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
-from wagate.db import Base, UTCDateTime, utcnow
+from wagate.core.db import Base, UTCDateTime, utcnow
 
 
 class Role(enum.StrEnum):

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from wagate.errors import RateLimited
+from wagate.core.errors import RateLimited
 
 T = TypeVar("T")
 

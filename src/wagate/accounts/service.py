@@ -20,12 +20,12 @@ from wagate.accounts.auth import Principal
 from wagate.accounts.models import ApiKey, DashboardSession, Role, User
 from wagate.accounts.passwords import PasswordChecksBusy, password_checks
 from wagate.accounts.sign_in_limits import AttemptKeys, count_attempt, take_back_attempt, uncount_attempt
+from wagate.api.deps import Gateway
 from wagate.audit.models import AuditAction
 from wagate.channels.models import Channel, ChannelMember
-from wagate.db import Database, detached, utcnow
-from wagate.deps import Gateway
-from wagate.errors import Conflict, InvalidRequest, NotFound, RateLimited, Unauthorized
-from wagate.security import (
+from wagate.core.db import Database, detached, utcnow
+from wagate.core.errors import Conflict, InvalidRequest, NotFound, RateLimited, Unauthorized
+from wagate.core.security import (
     hash_api_token,
     hash_password,
     new_api_token,

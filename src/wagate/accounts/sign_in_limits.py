@@ -30,7 +30,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from wagate.accounts.models import SignInCounter
-from wagate.db import UTCDateTime, dialect_name, table_of
+from wagate.core.db import UTCDateTime, dialect_name, table_of
 
 WINDOW = timedelta(minutes=15)
 PAIR_LIMIT = 5

@@ -4,13 +4,13 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
+from wagate.api.deps import Administrator, GatewayDep
 from wagate.audit import service
 from wagate.audit.models import AuditAction
 from wagate.audit.schemas import ENTRY_EXAMPLE, AuditLogOut, entry_view
-from wagate.deps import Administrator, GatewayDep
-from wagate.limits import MAX_BIG_ID
-from wagate.openapi import ADMINISTRATOR_REQUIRED, errors
-from wagate.responses import FastJSONResponse as JSONResponse
+from wagate.http.limits import MAX_BIG_ID
+from wagate.http.openapi import ADMINISTRATOR_REQUIRED, errors
+from wagate.http.responses import FastJSONResponse as JSONResponse
 
 router = APIRouter()
 

@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import JSON, ForeignKey, Index, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from wagate.db import Base, BigIntId, UTCDateTime, utcnow
+from wagate.core.db import Base, BigIntId, UTCDateTime, utcnow
 
 
 class Via(enum.StrEnum):

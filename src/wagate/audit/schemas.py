@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from wagate.audit.models import AuditEntry
-from wagate.db import isoformat
+from wagate.core.db import isoformat
 
 ENTRY_EXAMPLE: dict[str, Any] = {
     "id": 42,

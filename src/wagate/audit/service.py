@@ -13,8 +13,8 @@ from sqlalchemy.orm import Session
 
 from wagate.audit import repository
 from wagate.audit.models import SECRET_REPLACED, SECRET_SET, Actor, AuditAction, AuditEntry
-from wagate.db import utcnow
-from wagate.errors import InvalidRequest
+from wagate.core.db import utcnow
+from wagate.core.errors import InvalidRequest
 
 PAGE_LIMIT_MAX = 200
 # What a value under a key naming a secret may say: that it changed, never what it is.

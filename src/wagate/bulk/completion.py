@@ -12,11 +12,11 @@ from sqlalchemy import case, exists, func, select, update
 from sqlalchemy.orm import Session
 
 from wagate.bulk.models import Batch, BatchStatus
-from wagate.db import isoformat, utcnow
+from wagate.core.db import isoformat, utcnow
+from wagate.core.live import LiveChange, LiveKind, record_live
 from wagate.events.models import DeliveryKind, EventKind
 from wagate.events.publish import NewDelivery, webhook_key_prefix, write_deliveries
 from wagate.events.subscriptions import Subscriptions, read_subscriptions
-from wagate.live import LiveChange, LiveKind, record_live
 from wagate.messages.models import Message, MessageStatus
 from wagate.messages.schemas import format_amount
 from wagate.outbox.models import JobKind, JobState, OutboxJob

@@ -4,13 +4,13 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Request
 
+from wagate.api.deps import Administrator, GatewayDep
 from wagate.bulk import service
 from wagate.bulk.schemas import SendBulkRequest, SendBulkResponse, batch_view
-from wagate.deps import Administrator, GatewayDep
+from wagate.http.openapi import BATCH_NOT_FOUND, CHANNEL_NOT_FOUND, errors
+from wagate.http.responses import FastJSONResponse as JSONResponse
 from wagate.idempotency.http import answer_once
 from wagate.idempotency.service import IdempotentRequest
-from wagate.openapi import BATCH_NOT_FOUND, CHANNEL_NOT_FOUND, errors
-from wagate.responses import FastJSONResponse as JSONResponse
 
 router = APIRouter()
 COMMON = (401, 403, 422, 503)

@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import Enum, ForeignKey, Index, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from wagate.db import Base, BigIntId, UTCDateTime, utcnow
+from wagate.core.db import Base, BigIntId, UTCDateTime, utcnow
 from wagate.events.subscriptions import Subscriptions
 from wagate.messages.models import BoundTemplate, PreparedSend
 

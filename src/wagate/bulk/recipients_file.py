@@ -22,18 +22,18 @@ from wagate.accounts.auth import Principal
 from wagate.bulk.models import PreparedBatch
 from wagate.bulk.schemas import BulkRecipient, SendBulkRequest
 from wagate.bulk.service import REJECTED_INVALID_NUMBER, REJECTED_MARKETING_STOPPED, prepare_batch
-from wagate.config import Settings
-from wagate.errors import (
+from wagate.core.config import Settings
+from wagate.core.errors import (
     InvalidPhoneNumber,
     InvalidRequest,
     PhoneNumberRequired,
     TemplateParametersMismatch,
     WagateError,
 )
-from wagate.lookups import Lookups
+from wagate.core.phones import normalize_phone_number
+from wagate.core.security import SecretBox
 from wagate.messages.schemas import TemplateRef
-from wagate.phones import normalize_phone_number
-from wagate.security import SecretBox
+from wagate.runtime.lookups import Lookups
 
 DELIMITERS = ",;\t"
 DELIMITER_NAMES = {",": "commas", ";": "semicolons", "\t": "tabs"}

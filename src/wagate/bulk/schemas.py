@@ -6,8 +6,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
 from wagate.bulk.completion import template_view
 from wagate.bulk.models import BatchReport
-from wagate.db import isoformat
-from wagate.limits import BodyId, RequestBody
+from wagate.core.db import isoformat
+from wagate.http.limits import BodyId, RequestBody
 from wagate.messages.schemas import VALIDITY_DESCRIPTION, StatusCallback, TemplateRef
 
 MAX_RECIPIENTS = 1000

@@ -21,16 +21,16 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from wagate.accounts.auth import Principal
+from wagate.api.deps import Gateway
 from wagate.bulk import repository
 from wagate.bulk.models import Batch, BatchRecipient, BatchReport, PreparedBatch, RecipientState
 from wagate.bulk.schemas import MAX_RECIPIENTS, BulkRecipient, SendBulkRequest
 from wagate.channels.service import channel_for_member, member_channels
-from wagate.config import Settings
 from wagate.conversations.repository import marketing_stopped, open_windows
 from wagate.conversations.service import WINDOW
-from wagate.db import utcnow
-from wagate.deps import Gateway
-from wagate.errors import (
+from wagate.core.config import Settings
+from wagate.core.db import utcnow
+from wagate.core.errors import (
     BatchNotFound,
     Conflict,
     InvalidPhoneNumber,
@@ -39,17 +39,17 @@ from wagate.errors import (
     TemplateParametersMismatch,
     TooManyRecipients,
 )
+from wagate.core.ids import new_id
+from wagate.core.phones import normalize_phone_number
+from wagate.core.prices import PriceEntry
+from wagate.core.security import SecretBox
 from wagate.idempotency.service import AlreadyAnswered, IdempotentRequest, answered_before, remember_accepted
-from wagate.ids import new_id
-from wagate.logs import note_request
-from wagate.lookups import Lookups
 from wagate.messages.models import BoundTemplate, MessageStatus, PreparedSend
 from wagate.messages.schemas import TemplateRef
 from wagate.messages.service import build_send, check_media_link, checked_callback
+from wagate.observability.logs import note_request
 from wagate.outbox.models import Priority
-from wagate.phones import normalize_phone_number
-from wagate.prices import PriceEntry
-from wagate.security import SecretBox
+from wagate.runtime.lookups import Lookups
 from wagate.templates.models import Template
 from wagate.templates.service import require_approved
 from wagate.templates.variables import MEDIA_HEADER, MediaHeader, bind_parameters, header_format

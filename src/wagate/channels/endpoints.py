@@ -2,10 +2,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from wagate.api.deps import GatewayDep, Member
 from wagate.channels import service
 from wagate.channels.schemas import ChannelList, ChannelOut
-from wagate.deps import GatewayDep, Member
-from wagate.openapi import errors
+from wagate.http.openapi import errors
 
 router = APIRouter()
 

@@ -5,7 +5,7 @@ from datetime import datetime
 from sqlalchemy import ForeignKey, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from wagate.db import Base, UTCDateTime, utcnow
+from wagate.core.db import Base, UTCDateTime, utcnow
 
 
 class Channel(Base):

@@ -16,10 +16,10 @@ from wagate.accounts.auth import Principal
 from wagate.accounts.models import Role, User
 from wagate.audit.models import SYSTEM, AuditAction
 from wagate.channels.models import Channel, ChannelMember
-from wagate.errors import ChannelNotFound, Forbidden, NotFound
+from wagate.core.errors import ChannelNotFound, Forbidden, NotFound
 
-if TYPE_CHECKING:  # wagate.deps imports wagate.lookups, which imports this module
-    from wagate.deps import Gateway
+if TYPE_CHECKING:  # wagate.api.deps imports wagate.runtime.lookups, which imports this module
+    from wagate.api.deps import Gateway
 
 
 async def member_channels(session: AsyncSession, *, principal: Principal) -> list[Channel]:

@@ -32,7 +32,7 @@ from wagate.conversations.models import (
 )
 from wagate.conversations.repository import contacts_of_numbers, insert_customer_id, insert_customer_ids
 from wagate.conversations.search import contact_key
-from wagate.db import dialect_name, for_each_value, table_of, utcnow
+from wagate.core.db import dialect_name, for_each_value, table_of, utcnow
 from wagate.whatsapp.payloads import CustomerRef
 
 

@@ -7,7 +7,7 @@ from sqlalchemy import Boolean, Enum, ForeignKey, Index, Integer, String, Unique
 from sqlalchemy.orm import Mapped, mapped_column
 
 from wagate.conversations.search import CONTACT_KEY_LENGTH
-from wagate.db import Base, UTCDateTime, utcnow
+from wagate.core.db import Base, UTCDateTime, utcnow
 
 CONTACT_NAME_LENGTH = 200
 # Meta's business-scoped user ids: a country code, a dot, alphanumerics (API.md section 13).

@@ -40,7 +40,7 @@ from wagate.conversations.models import (
     MarketingPreference,
 )
 from wagate.conversations.search import fold, like_pattern, phone_digits, user_id_prefix
-from wagate.db import Base, detached, dialect_name, table_of, utcnow
+from wagate.core.db import Base, detached, dialect_name, table_of, utcnow
 
 # Who wrote a conversation's last message (`Conversation.last_message_from`).
 FROM_CUSTOMER = "customer"

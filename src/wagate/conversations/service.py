@@ -9,6 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from wagate.accounts.auth import Principal
+from wagate.api.deps import Gateway
 from wagate.channels.service import channel_for_member, member_channels
 from wagate.conversations.models import Contact, Conversation, ConversationStatus
 from wagate.conversations.repository import (
@@ -24,12 +25,11 @@ from wagate.conversations.repository import (
     set_status,
 )
 from wagate.conversations.search import QUERY_LENGTH
-from wagate.db import utcnow
-from wagate.deps import Gateway
-from wagate.errors import NotFound
+from wagate.core.db import utcnow
+from wagate.core.errors import NotFound
+from wagate.core.live import LiveChange, LiveKind, record_live
 from wagate.events.models import EventKind
 from wagate.events.publish import ConversationChange, publish_conversation_changes
-from wagate.live import LiveChange, LiveKind, record_live
 
 WINDOW = timedelta(hours=24)
 

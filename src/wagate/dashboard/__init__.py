@@ -10,6 +10,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from wagate.core.errors import AdministratorRequired, InvalidRequest
 from wagate.dashboard import (
     bulk_pages,
     message_log,
@@ -19,7 +20,6 @@ from wagate.dashboard import (
 )
 from wagate.dashboard.routes import form_refused, router
 from wagate.dashboard.web import STATIC, FormRefused, SignInRequired, error_page, login_redirect
-from wagate.errors import AdministratorRequired, InvalidRequest
 
 __all__ = ["install_dashboard"]
 

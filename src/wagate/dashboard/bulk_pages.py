@@ -21,6 +21,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.datastructures import UploadFile
 
 from wagate.accounts.service import SessionUser
+from wagate.api.deps import GatewayDep
 from wagate.bulk.models import PreparedBatch
 from wagate.bulk.recipients_file import (
     BadLines,
@@ -32,6 +33,7 @@ from wagate.bulk.recipients_file import (
 from wagate.bulk.schemas import MAX_RECIPIENTS, SendBulkRequest
 from wagate.bulk.service import accept_batch, list_batches, read_batch
 from wagate.channels.service import channel_for_member
+from wagate.core.errors import ChannelNotFound, InvalidRequest, WagateError
 from wagate.dashboard.views import (
     MEDIA_FILENAME_FIELD,
     Inbox,
@@ -50,9 +52,7 @@ from wagate.dashboard.web import (
     read_form,
     render,
 )
-from wagate.deps import GatewayDep
-from wagate.errors import ChannelNotFound, InvalidRequest, WagateError
-from wagate.limits import parse_id
+from wagate.http.limits import parse_id
 from wagate.messages.schemas import TemplateRef, format_amount
 from wagate.templates.render import render_message_template
 from wagate.templates.variables import MEDIA_HEADER

@@ -21,12 +21,12 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, Response, StreamingResponse
 
 from wagate.accounts.service import SessionUser
+from wagate.api.deps import Gateway, GatewayDep
+from wagate.core.db import isoformat
+from wagate.core.errors import InvalidRequest, WagateError
 from wagate.dashboard import views
 from wagate.dashboard.web import SECURITY_HEADERS, current_user, error_page, render
-from wagate.db import isoformat
-from wagate.deps import Gateway, GatewayDep
-from wagate.errors import InvalidRequest, WagateError
-from wagate.limits import parse_id
+from wagate.http.limits import parse_id
 from wagate.messages.models import MessageStatus, SentMessage
 from wagate.messages.pricing import message_cost_category
 from wagate.messages.schemas import format_amount

@@ -13,6 +13,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sse_starlette import EventSourceResponse
 
 from wagate.accounts.service import SESSION_LIFETIME, SessionUser, sign_in, sign_out
+from wagate.api.deps import GatewayDep
 from wagate.conversations.models import ConversationStatus
 from wagate.conversations.repository import NEEDS_REPLY, ConversationRow
 from wagate.conversations.service import (
@@ -21,6 +22,7 @@ from wagate.conversations.service import (
     conversations_for,
     window_of,
 )
+from wagate.core.errors import InvalidRequest, WagateError
 from wagate.dashboard import views
 from wagate.dashboard.live_stream import live_events
 from wagate.dashboard.web import (
@@ -39,9 +41,7 @@ from wagate.dashboard.web import (
     safe_next,
     set_cookie,
 )
-from wagate.deps import GatewayDep
-from wagate.errors import InvalidRequest, WagateError
-from wagate.limits import MAX_ID, parse_id
+from wagate.http.limits import MAX_ID, parse_id
 from wagate.messages.schemas import SendMessageRequest
 from wagate.messages.service import accept_send, failed_reply
 

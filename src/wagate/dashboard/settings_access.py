@@ -20,6 +20,7 @@ from wagate.accounts.service import (
     create_api_key,
     revoke_key,
 )
+from wagate.api.deps import Gateway, GatewayDep
 from wagate.audit.models import AuditAction
 from wagate.audit.service import audit_page, parse_action
 from wagate.channels.service import (
@@ -28,11 +29,10 @@ from wagate.channels.service import (
     add_inbox_member,
     remove_inbox_member,
 )
+from wagate.core.errors import ChannelNotFound, InvalidRequest, WagateError
 from wagate.dashboard import views
 from wagate.dashboard.web import current_administrator, error_page, posted_form, render
-from wagate.deps import Gateway, GatewayDep
-from wagate.errors import ChannelNotFound, InvalidRequest, WagateError
-from wagate.limits import MAX_BIG_ID, MAX_ID, parse_id
+from wagate.http.limits import MAX_BIG_ID, MAX_ID, parse_id
 from wagate.templates.service import request_template_sync, template_page, template_sync_states
 
 router = APIRouter(include_in_schema=False)

@@ -18,10 +18,10 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import ValidationError
 
 from wagate.accounts.service import SessionUser
+from wagate.api.deps import Gateway, GatewayDep
+from wagate.core.errors import WagateError
 from wagate.dashboard.views import PathId, error_words
 from wagate.dashboard.web import current_administrator, error_page, posted_form, render
-from wagate.deps import Gateway, GatewayDep
-from wagate.errors import WagateError
 from wagate.events import service
 from wagate.events.models import Delivery, DeliveryAttempt, DeliveryState, EventKind, Webhook
 from wagate.events.schemas import CreateWebhookRequest, UpdateWebhookRequest

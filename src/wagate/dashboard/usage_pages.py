@@ -17,10 +17,10 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
 from wagate.accounts.service import SessionUser
+from wagate.api.deps import GatewayDep
+from wagate.core.errors import InvalidRequest, WagateError
 from wagate.dashboard.web import current_user, error_page, render
-from wagate.deps import GatewayDep
-from wagate.errors import InvalidRequest, WagateError
-from wagate.limits import parse_id
+from wagate.http.limits import parse_id
 from wagate.messages.schemas import format_amount
 from wagate.usage.models import Period, UsageCategory, UsageReport
 from wagate.usage.schemas import CSV_MEDIA_TYPE, csv_filename, usage_csv

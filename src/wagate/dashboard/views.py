@@ -12,14 +12,14 @@ from fastapi import Path
 from pydantic import ValidationError
 
 from wagate.accounts.service import SessionUser, account_users
+from wagate.api.deps import Gateway
 from wagate.channels.service import member_channels
 from wagate.conversations.models import ConversationStatus
 from wagate.conversations.repository import ConversationRow
 from wagate.conversations.service import Window
-from wagate.deps import Gateway
-from wagate.errors import WagateError, invalid_fields
-from wagate.limits import MAX_ID
-from wagate.live import LiveChange
+from wagate.core.errors import WagateError, invalid_fields
+from wagate.core.live import LiveChange
+from wagate.http.limits import MAX_ID
 from wagate.messages.models import Direction, Message
 from wagate.messages.repository import conversation_messages
 from wagate.messages.schemas import SendMessageRequest, format_amount

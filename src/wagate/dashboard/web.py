@@ -18,12 +18,12 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from wagate.accounts.service import SessionUser, session_user
+from wagate.api.deps import Gateway, get_gateway
 from wagate.channels.service import paused_channels
+from wagate.core.db import isoformat
+from wagate.core.errors import WagateError
 from wagate.dashboard.views import duration, error_words, failure_name, variable_label
-from wagate.db import isoformat
-from wagate.deps import Gateway, get_gateway
-from wagate.errors import WagateError
-from wagate.limits import CONTROL_CHARACTER, CONTROL_CHARACTER_ISSUE
+from wagate.http.limits import CONTROL_CHARACTER, CONTROL_CHARACTER_ISSUE
 
 HERE = Path(__file__).parent
 STATIC = HERE / "static"
@@ -160,7 +160,7 @@ async def read_form(request: Request) -> dict[str, str]:
 
 def checked_fields(fields: dict[str, str]) -> dict[str, str]:
     """The fields of a form, refused when one holds a control character: the API's rule for strings
-    (wagate.limits), which also keeps NUL, which PostgreSQL refuses in text, out of the services."""
+    (wagate.http.limits), which also keeps NUL, which PostgreSQL refuses in text, out of the services."""
     for name, value in fields.items():
         if CONTROL_CHARACTER.search(name) or CONTROL_CHARACTER.search(value):
             raise FormRefused(f"{name[:50]}: {CONTROL_CHARACTER_ISSUE}")

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from wagate.config import Settings
-from wagate.db import Database
-from wagate.lookups import Lookups
-from wagate.metrics import Metrics
-from wagate.security import SecretBox
+from wagate.core.config import Settings
+from wagate.core.db import Database
+from wagate.core.security import SecretBox
+from wagate.observability.metrics import Metrics
+from wagate.runtime.lookups import Lookups
 from wagate.whatsapp.client import CloudApiClient
 
 

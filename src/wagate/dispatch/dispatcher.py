@@ -20,23 +20,23 @@ from typing import Any
 from sqlalchemy import select, text
 from sqlalchemy.orm import Session
 
-from wagate.config import Settings
-from wagate.db import Database, utcnow
+from wagate.core.config import Settings
+from wagate.core.db import Database, utcnow
+from wagate.core.live import API_SESSION_PREFIX
+from wagate.core.security import SecretBox
 from wagate.dispatch import jobs, sends
 from wagate.dispatch.deps import LaneDeps
 from wagate.dispatch.event_lane import EventLane
 from wagate.dispatch.send_lane import ChannelLane
 from wagate.events.subscriptions import Subscriptions
-from wagate.live import API_SESSION_PREFIX
-from wagate.lookups import Lookups
 from wagate.messages.webhooks import WebhooksApplied
-from wagate.metrics import ChannelRate, Metrics
+from wagate.observability.metrics import ChannelRate, Metrics
 from wagate.outbox.errors import describe_error
 from wagate.outbox.isolation import log_failure, write_isolating
 from wagate.outbox.models import FastClaim, JobKind, JobState, OutboxJob
 from wagate.outbox.notify import listen_outbox
 from wagate.outbox.ownership import WORKER_ID, ownership_for, session_name
-from wagate.security import SecretBox
+from wagate.runtime.lookups import Lookups
 from wagate.whatsapp.client import CloudApiClient
 
 log = logging.getLogger(__name__)
@@ -322,7 +322,7 @@ class Dispatcher:
             self.wake_events()
         if applied.templates:
             # Meta changed a template (paused, recategorised...): this process's sends see it at once,
-            # other processes' when their cache's few seconds run out (wagate.cache).
+            # other processes' when their cache's few seconds run out (wagate.core.cache).
             self.lookups.forget_templates()
 
     async def _release_dead_owners(self) -> None:

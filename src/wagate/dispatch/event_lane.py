@@ -22,7 +22,7 @@ import orjson
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from wagate.db import utcnow
+from wagate.core.db import utcnow
 from wagate.dispatch.deps import LaneDeps
 from wagate.events import deliveries
 from wagate.events.http import DELIVERY_TIMEOUT_SECONDS, EventPoster

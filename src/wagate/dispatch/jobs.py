@@ -15,7 +15,8 @@ from sqlalchemy.orm import Session
 from wagate.accounts.sign_in_limits import purge_stale_counters
 from wagate.bulk.repository import purge_expired_batches
 from wagate.channels.models import Channel
-from wagate.db import Database, Mergeable, utcnow
+from wagate.core.db import Database, Mergeable, utcnow
+from wagate.core.security import SecretBox
 from wagate.dispatch.sends import settle_sends
 from wagate.events.deliveries import purge_finished
 from wagate.events.subscriptions import Subscriptions
@@ -36,7 +37,6 @@ from wagate.outbox.models import (
     delete_jobs,
 )
 from wagate.outbox.retry import BACKGROUND
-from wagate.security import SecretBox
 from wagate.templates.repository import replace_templates
 from wagate.whatsapp.client import CloudApiClient
 
@@ -267,7 +267,7 @@ async def run_webhook_batch(
         finish_jobs(session, [job.id for job in some])
         return applied
 
-    # A large unit (see wagate.db): on PostgreSQL the batch commits on a connection of its own, so
+    # A large unit (see wagate.core.db): on PostgreSQL the batch commits on a connection of its own, so
     # the receiver's stores (a 200 to Meta waits on each) do not queue behind its 30 ms.
     results, unwritten = await write_isolating(db, jobs, apply, retry_or_bury, large=True)
     events = sum(applied.events for applied in results)

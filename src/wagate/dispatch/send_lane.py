@@ -21,10 +21,10 @@ from itertools import islice, takewhile
 from sqlalchemy.orm import Session
 
 from wagate.channels.models import Channel
-from wagate.db import utcnow
+from wagate.core.db import utcnow
 from wagate.dispatch import sends
 from wagate.dispatch.deps import LaneDeps
-from wagate.logs import log_send
+from wagate.observability.logs import log_send
 from wagate.outbox.isolation import log_failure, write_isolating
 from wagate.outbox.limiter import SlidingWindowLimiter
 from wagate.outbox.models import ClaimedSend, FastClaim, Priority, expired_error

@@ -36,7 +36,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from wagate.bulk.completion import complete_batches
 from wagate.channels import service as channels
 from wagate.channels.service import pause_channel
-from wagate.db import UTCDateTime, dialect_name, table_of, utcnow
+from wagate.core.db import UTCDateTime, dialect_name, table_of, utcnow
 from wagate.events.subscriptions import Subscriptions
 from wagate.messages.events import publish_status_changes
 from wagate.messages.models import Message, MessageStatus

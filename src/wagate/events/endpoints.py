@@ -4,7 +4,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Response
 
-from wagate.deps import Administrator, GatewayDep
+from wagate.api.deps import Administrator, GatewayDep
 from wagate.events import service
 from wagate.events.models import DeliveryState
 from wagate.events.schemas import (
@@ -14,9 +14,9 @@ from wagate.events.schemas import (
     delivery_view,
     webhook_view,
 )
-from wagate.limits import Id
-from wagate.openapi import ADMINISTRATOR_REQUIRED, WEBHOOK_NOT_FOUND, errors
-from wagate.responses import FastJSONResponse
+from wagate.http.limits import Id
+from wagate.http.openapi import ADMINISTRATOR_REQUIRED, WEBHOOK_NOT_FOUND, errors
+from wagate.http.responses import FastJSONResponse
 
 router = APIRouter()
 COMMON = (401, 403, 422, 503)

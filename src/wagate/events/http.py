@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from wagate.events.urls import forbidden_address
-from wagate.limits import CONTROL_CHARACTER
+from wagate.http.limits import CONTROL_CHARACTER
 from wagate.whatsapp.http1 import Answer, Http1Pool, HttpFailure, InvalidTarget, request_target
 
 DELIVERY_TIMEOUT_SECONDS = 10.0

@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import JSON, Boolean, Enum, ForeignKey, Index, Integer, SmallInteger, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from wagate.db import Base, BigIntId, UTCDateTime, utcnow
+from wagate.core.db import Base, BigIntId, UTCDateTime, utcnow
 
 
 class EventKind(enum.StrEnum):

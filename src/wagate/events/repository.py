@@ -8,8 +8,8 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
+from wagate.core.security import SecretBox
 from wagate.events.models import Delivery, DeliveryAttempt, DeliveryState, Webhook
-from wagate.security import SecretBox
 
 
 def create_webhook(

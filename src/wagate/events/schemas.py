@@ -4,9 +4,9 @@ from typing import Any
 
 from pydantic import ConfigDict, Field, StrictBool
 
-from wagate.db import isoformat
+from wagate.core.db import isoformat
 from wagate.events.models import Delivery, DeliveryAttempt, EventKind, Webhook
-from wagate.limits import RequestBody
+from wagate.http.limits import RequestBody
 
 
 class CreateWebhookRequest(RequestBody):

@@ -12,17 +12,17 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from wagate.accounts.actors import By, record_change
+from wagate.api.deps import Gateway
 from wagate.audit.models import SECRET_SET, Actor, AuditAction, Via
-from wagate.db import detached, isoformat, utcnow
-from wagate.deps import Gateway
-from wagate.errors import Conflict, NotFound
+from wagate.core.db import detached, isoformat, utcnow
+from wagate.core.errors import Conflict, NotFound
+from wagate.core.ids import new_id
+from wagate.core.security import SecretBox
 from wagate.events import publish, repository
 from wagate.events.models import Delivery, DeliveryAttempt, DeliveryKind, DeliveryState, EventKind, Webhook
 from wagate.events.publish import NewDelivery, webhook_key_prefix, write_deliveries
 from wagate.events.signing import SECRET_PREFIX
 from wagate.events.urls import check_url
-from wagate.ids import new_id
-from wagate.security import SecretBox
 
 # Who acts when a caller does not say: the API's webhook endpoints, until they pass their principal.
 UNSAID = Actor(Via.api_key)

@@ -1,7 +1,7 @@
 """Who takes which events: a snapshot of every enabled webhook, cached like the other lookups.
 
 Status changes come in many small batches; asking the database for subscribers in each of them
-would add a query to every one. The snapshot is loaded once every few seconds (see wagate.cache).
+would add a query to every one. The snapshot is loaded once every few seconds (see wagate.core.cache).
 """
 
 from __future__ import annotations

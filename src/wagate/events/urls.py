@@ -8,9 +8,9 @@ import re
 import socket
 from urllib.parse import urlsplit
 
-from wagate.cache import TTLCache
-from wagate.errors import InvalidUrl
-from wagate.limits import CONTROL_CHARACTER
+from wagate.core.cache import TTLCache
+from wagate.core.errors import InvalidUrl
+from wagate.http.limits import CONTROL_CHARACTER
 
 # IPv6 prefixes that carry an IPv4 address a gateway or relay forwards to: judged by that address.
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")

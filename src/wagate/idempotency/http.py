@@ -8,10 +8,10 @@ from pydantic import BaseModel
 from sqlalchemy.exc import IntegrityError
 
 from wagate.accounts.auth import Principal
-from wagate.db import Database
-from wagate.errors import WagateError
+from wagate.core.db import Database
+from wagate.core.errors import WagateError
+from wagate.http.responses import FastJSONResponse as JSONResponse
 from wagate.idempotency import service as idempotency
-from wagate.responses import FastJSONResponse as JSONResponse
 
 Accept = Callable[[idempotency.IdempotentRequest | None], Awaitable[JSONResponse]]
 

@@ -6,7 +6,7 @@ from typing import Any
 from sqlalchemy import JSON, ForeignKey, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from wagate.db import Base, UTCDateTime, utcnow
+from wagate.core.db import Base, UTCDateTime, utcnow
 
 
 class IdempotencyKey(Base):

@@ -18,8 +18,8 @@ from sqlalchemy import bindparam, delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
-from wagate.db import table_of, utcnow
-from wagate.errors import IdempotencyKeyInUse, IdempotencyKeyReused, InvalidRequest
+from wagate.core.db import table_of, utcnow
+from wagate.core.errors import IdempotencyKeyInUse, IdempotencyKeyReused, InvalidRequest
 from wagate.idempotency.models import IdempotencyKey
 
 MAX_KEY_LENGTH = 255

@@ -10,16 +10,19 @@ from pydantic import ValidationError
 from starlette.responses import Response
 
 from wagate.accounts.auth import Principal
+from wagate.api.deps import Gateway, GatewayDep, Member, authenticate, get_gateway
 from wagate.channels.service import channel_for_member
 from wagate.conversations.service import window_for
-from wagate.db import isoformat
-from wagate.deps import Gateway, GatewayDep, Member, authenticate, get_gateway
-from wagate.errors import invalid_fields, invalid_json
+from wagate.core.db import isoformat
+from wagate.core.errors import invalid_fields, invalid_json
+from wagate.core.phones import normalize_phone_number
 from wagate.events import service as events
 from wagate.events.schemas import DELIVERY_EXAMPLE, delivery_view
+from wagate.http.limits import MAX_ID, Id
+from wagate.http.openapi import CHANNEL_NOT_FOUND, MESSAGE_NOT_FOUND, errors
+from wagate.http.responses import FastJSONResponse as JSONResponse
 from wagate.idempotency import service as idempotency
 from wagate.idempotency.http import answer_once
-from wagate.limits import MAX_ID, Id
 from wagate.messages import service
 from wagate.messages.models import MessageStatus
 from wagate.messages.schemas import (
@@ -28,9 +31,6 @@ from wagate.messages.schemas import (
     SendMessageResponse,
     message_view,
 )
-from wagate.openapi import CHANNEL_NOT_FOUND, MESSAGE_NOT_FOUND, errors
-from wagate.phones import normalize_phone_number
-from wagate.responses import FastJSONResponse as JSONResponse
 
 router = APIRouter()
 COMMON = (401, 403, 422, 503)
@@ -229,7 +229,7 @@ async def send_message_fast(request: Request) -> Response:
     raw = await request.body()
     try:
         # The standard library's parser, as FastAPI's: orjson reads an integer beyond 64 bits as a
-        # float, which the body's limits must see to refuse (wagate.limits).
+        # float, which the body's limits must see to refuse (wagate.http.limits).
         data = json.loads(raw) if raw else None
     except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, a number of 4300+ digits
         raise invalid_json(exc) from None

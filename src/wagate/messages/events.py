@@ -13,11 +13,11 @@ from sqlalchemy import Connection, delete, insert, select
 from sqlalchemy.orm import Session
 
 from wagate.conversations.models import HANDLED_BY_APP, Conversation
-from wagate.db import table_of, utcnow
+from wagate.core.db import table_of, utcnow
+from wagate.core.live import LiveChange, LiveKind, record_live
 from wagate.events.models import DeliveryKind, EventKind
 from wagate.events.publish import REPORT_BATCH, NewDelivery, ordering_key, subscribers, write_deliveries
 from wagate.events.subscriptions import Subscriptions
-from wagate.live import LiveChange, LiveKind, record_live
 from wagate.messages.models import Message
 from wagate.messages.schemas import message_view
 from wagate.messages.status import StatusChange

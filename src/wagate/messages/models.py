@@ -10,7 +10,7 @@ from sqlalchemy import JSON, Enum, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from wagate.conversations.models import HANDLED_BY_APP, USER_ID_LENGTH, ConversationStatus
-from wagate.db import Base, UTCDateTime, utcnow
+from wagate.core.db import Base, UTCDateTime, utcnow
 from wagate.events.models import EventKind
 from wagate.events.subscriptions import NO_SUBSCRIPTIONS, Subscriptions
 from wagate.outbox.models import Priority

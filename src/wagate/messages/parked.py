@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete, insert, select
 from sqlalchemy.orm import Session
 
-from wagate.db import utcnow
+from wagate.core.db import utcnow
 from wagate.messages.models import ParkedStatus
 from wagate.outbox.dead_letters import DeadLetter
 

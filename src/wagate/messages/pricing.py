@@ -1,7 +1,7 @@
 """What a message costs: the price list in force when it was accepted, then what Meta's status webhooks
 say it charged.
 
-The list has effective dates (wagate/prices.py, API.md section 14): until 2026-09-30 a session message
+The list has effective dates (wagate/core/prices.py, API.md section 14): until 2026-09-30 a session message
 and a utility template inside the customer's open window cost 0; from 2026-10-01 both are charged. A
 message keeps the price of its day: it is stored with its cost, and a settlement prices it by the entry
 of its acceptance, not of the day Meta's status comes. The `pricing` of a status webhook is
@@ -11,8 +11,8 @@ and a category other than the template's (Meta recategorises templates) is the p
 
 from __future__ import annotations
 
+from wagate.core.prices import SESSION, PriceList, cost_category
 from wagate.messages.models import Message, MessageRecord, SentAs
-from wagate.prices import SESSION, PriceList, cost_category
 from wagate.whatsapp.payloads import StatusUpdate
 
 Prices = PriceList

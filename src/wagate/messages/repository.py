@@ -25,10 +25,10 @@ from wagate.conversations.repository import (
     written_by,
 )
 from wagate.conversations.service import status_after_send
-from wagate.db import dialect_name, insert_from_json, isoformat, rows_from_json, table_of, utcnow
+from wagate.core.db import dialect_name, insert_from_json, isoformat, rows_from_json, table_of, utcnow
+from wagate.core.live import LiveChange, LiveKind, record_live
 from wagate.events.models import EventKind
 from wagate.events.publish import ConversationChange, publish_conversation_changes
-from wagate.live import LiveChange, LiveKind, record_live
 from wagate.messages.events import publish_messages_created, schedule_status_reports
 from wagate.messages.models import Direction, Message, MessageStatus, PreparedSend, SentMessage
 from wagate.outbox.models import FastClaim, JobKind, OutboxJob, outbox_row

@@ -6,8 +6,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator, model_validator
 
 from wagate.conversations.models import HANDLED_BY_APP, USER_ID_LENGTH
-from wagate.db import isoformat
-from wagate.limits import BodyId, RequestBody
+from wagate.core.db import isoformat
+from wagate.http.limits import BodyId, RequestBody
 from wagate.messages.models import Message, MessageRecord
 from wagate.messages.pricing import message_cost_category
 

@@ -11,14 +11,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from wagate.accounts.auth import Principal
+from wagate.api.deps import Gateway
 from wagate.channels.service import channel_for_member, member_channels
-from wagate.config import Settings
 from wagate.conversations.models import ConversationStatus
 from wagate.conversations.repository import marketing_stopped
 from wagate.conversations.service import Recipient, recipient_for, window_for
-from wagate.db import Mergeable, isoformat, utcnow
-from wagate.deps import Gateway
-from wagate.errors import (
+from wagate.core.config import Settings
+from wagate.core.db import Mergeable, isoformat, utcnow
+from wagate.core.errors import (
     Conflict,
     InvalidRequest,
     InvalidUrl,
@@ -28,12 +28,13 @@ from wagate.errors import (
     TemplateParametersMismatch,
     WindowClosed,
 )
+from wagate.core.ids import new_id
+from wagate.core.phones import normalize_phone_number, whatsapp_digits
+from wagate.core.prices import SESSION, PriceEntry
+from wagate.core.security import SecretBox
 from wagate.events.subscriptions import Subscriptions
 from wagate.events.urls import check_url
 from wagate.idempotency.service import AlreadyAnswered, IdempotentRequest, answered_before, remember_accepted
-from wagate.ids import new_id
-from wagate.logs import current_request_id, note_request
-from wagate.lookups import Lookups
 from wagate.messages import repository
 from wagate.messages.models import (
     BoundTemplate,
@@ -46,10 +47,9 @@ from wagate.messages.models import (
 )
 from wagate.messages.repository import SentFilter
 from wagate.messages.schemas import SendMessageRequest, StatusCallback, TemplateRef, format_amount
+from wagate.observability.logs import current_request_id, note_request
 from wagate.outbox.models import ClaimedSend, FastClaim, Priority
-from wagate.phones import normalize_phone_number, whatsapp_digits
-from wagate.prices import SESSION, PriceEntry
-from wagate.security import SecretBox
+from wagate.runtime.lookups import Lookups
 from wagate.templates.render import render_message_template
 from wagate.templates.service import require_approved
 from wagate.templates.variables import (

@@ -34,9 +34,9 @@ from wagate.conversations.repository import (
     note_last_message,
 )
 from wagate.conversations.user_ids import change_user_id
-from wagate.db import isoformat, utcnow
-from wagate.ids import new_id
-from wagate.live import LiveChange, LiveKind, record_live
+from wagate.core.db import isoformat, utcnow
+from wagate.core.ids import new_id
+from wagate.core.live import LiveChange, LiveKind, record_live
 from wagate.messages.models import Direction, Message, MessageStatus
 from wagate.whatsapp.payloads import CustomerRef
 from wagate.whatsapp.standby import EchoMessage, Handover

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from wagate.db import isoformat, utcnow
+from wagate.core.db import isoformat, utcnow
 from wagate.messages.models import EXTERNAL_ERROR_LENGTH, Message, MessageRecord, MessageStatus
 from wagate.messages.schemas import message_view
 

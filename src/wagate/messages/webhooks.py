@@ -26,10 +26,10 @@ from wagate.conversations.repository import (
     note_last_message,
     set_marketing_preferences,
 )
-from wagate.db import dialect_name, rows_from_json, table_of, utcnow
+from wagate.core.db import dialect_name, rows_from_json, table_of, utcnow
+from wagate.core.live import LiveChange, LiveKind, record_live
 from wagate.events.publish import ConversationChange, publish_conversation_changes
 from wagate.events.subscriptions import Subscriptions
-from wagate.live import LiveChange, LiveKind, record_live
 from wagate.messages.events import publish_messages_created, publish_status_changes
 from wagate.messages.models import (
     MESSAGE_COLUMNS,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine
 
-from wagate.db import ENGINE_OPTIONS
-from wagate.models import Base
+from wagate.core.db import ENGINE_OPTIONS
+from wagate.ops.schema import Base
 
 config = context.config
 

@@ -15,7 +15,7 @@ from sqlalchemy import JSON, Integer, String, Text, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
-from wagate.db import Base, BigIntId, Database, UTCDateTime, isoformat, utcnow
+from wagate.core.db import Base, BigIntId, Database, UTCDateTime, isoformat, utcnow
 
 ERROR_LENGTH = 1000
 

@@ -7,7 +7,7 @@ from datetime import datetime
 from sqlalchemy import case, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from wagate.metrics import LaneDepth
+from wagate.observability.metrics import LaneDepth
 from wagate.outbox.models import JobKind, OutboxJob
 
 

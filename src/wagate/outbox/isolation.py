@@ -19,7 +19,7 @@ from typing import TypeVar
 from sqlalchemy.exc import DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.orm import Session
 
-from wagate.db import Database
+from wagate.core.db import Database
 from wagate.outbox.errors import describe_error
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
-from wagate.db import Base, BigIntId, UTCDateTime, dialect_name, utcnow
+from wagate.core.db import Base, BigIntId, UTCDateTime, dialect_name, utcnow
 
 
 class JobKind(enum.StrEnum):

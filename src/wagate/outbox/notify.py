@@ -15,7 +15,7 @@ import psycopg
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
-from wagate.db import dialect_name
+from wagate.core.db import dialect_name
 
 log = logging.getLogger(__name__)
 CHANNEL = "wagate_outbox"

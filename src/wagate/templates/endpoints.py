@@ -2,10 +2,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Query
 
+from wagate.api.deps import GatewayDep, Member
 from wagate.channels.service import channel_for_member, member_channels
-from wagate.deps import GatewayDep, Member
-from wagate.limits import Id
-from wagate.openapi import CHANNEL_NOT_FOUND, errors
+from wagate.http.limits import Id
+from wagate.http.openapi import CHANNEL_NOT_FOUND, errors
 from wagate.templates import service
 from wagate.templates.schemas import TemplateList, TemplateOut
 

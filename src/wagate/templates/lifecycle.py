@@ -18,7 +18,7 @@ from sqlalchemy import and_, select, update
 from sqlalchemy.orm import Session
 
 from wagate.channels.models import Channel
-from wagate.db import utcnow
+from wagate.core.db import utcnow
 from wagate.events.models import DeliveryKind, EventKind
 from wagate.events.publish import NewDelivery, subscribers, webhook_key_prefix, write_deliveries
 from wagate.events.subscriptions import Subscriptions

@@ -9,7 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from wagate.channels.models import Channel
-from wagate.db import utcnow
+from wagate.core.db import utcnow
 from wagate.messages.models import Direction, Message
 from wagate.templates.models import Template
 from wagate.templates.variables import template_variables

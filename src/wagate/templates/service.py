@@ -13,14 +13,14 @@ from sqlalchemy.orm import Session
 
 from wagate.accounts.auth import Principal
 from wagate.channels.models import Channel
-from wagate.db import utcnow
-from wagate.errors import ChannelNotFound, TemplateNotApproved, TemplateNotFound
+from wagate.core.db import utcnow
+from wagate.core.errors import ChannelNotFound, TemplateNotApproved, TemplateNotFound
 from wagate.outbox.models import JobKind, OutboxJob, Priority
 from wagate.templates import repository
 from wagate.templates.models import Template
 
 if TYPE_CHECKING:
-    from wagate.deps import Gateway
+    from wagate.api.deps import Gateway
 
 APPROVED = "APPROVED"
 

@@ -5,10 +5,10 @@ from typing import Annotated, Any, cast
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import Response
 
-from wagate.deps import GatewayDep, Member
-from wagate.limits import Id
-from wagate.openapi import CHANNEL_NOT_FOUND, errors
-from wagate.responses import FastJSONResponse as JSONResponse
+from wagate.api.deps import GatewayDep, Member
+from wagate.http.limits import Id
+from wagate.http.openapi import CHANNEL_NOT_FOUND, errors
+from wagate.http.responses import FastJSONResponse as JSONResponse
 from wagate.usage import service
 from wagate.usage.schemas import (
     CSV_MEDIA_TYPE,

@@ -24,7 +24,7 @@ from wagate.accounts.auth import Principal
 from wagate.accounts.models import Role
 from wagate.channels.models import Channel
 from wagate.channels.service import channel_for_member, member_channels
-from wagate.errors import ChannelNotFound, InvalidRequest
+from wagate.core.errors import ChannelNotFound, InvalidRequest
 from wagate.usage import repository
 from wagate.usage.models import CATEGORY_ORDER, Period, UsageCategory, UsageReport, UsageRow
 

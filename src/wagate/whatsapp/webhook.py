@@ -17,12 +17,12 @@ from sqlalchemy.orm import Session
 from starlette.requests import Request
 from starlette.routing import Route
 
-from wagate.config import Settings
-from wagate.db import Database, Mergeable, dialect_name, insert_from_json, table_of, utcnow
-from wagate.limits import ESCAPED_CONTROL_CHARACTER, without_control_characters
+from wagate.core.config import Settings
+from wagate.core.db import Database, Mergeable, dialect_name, insert_from_json, table_of, utcnow
+from wagate.http.limits import ESCAPED_CONTROL_CHARACTER, without_control_characters
+from wagate.http.responses import FastJSONResponse as JSONResponse
 from wagate.outbox.models import JobKind, OutboxJob, Priority, outbox_row
 from wagate.outbox.notify import notify_outbox
-from wagate.responses import FastJSONResponse as JSONResponse
 from wagate.whatsapp.payloads import MalformedWebhook, check_envelope, phone_number_ids
 from wagate.whatsapp.signature import verify
 
@@ -42,7 +42,7 @@ def _store_statement(dialect: str) -> Insert:
 
 @dataclass(frozen=True)
 class ReceiverDeps:
-    """What the receiver needs, set on the app by app.py (the receiver sits below the dispatcher and the
+    """What the receiver needs, set on the app by api/app.py (the receiver sits below the dispatcher and the
     domains, so it is handed callables rather than the dispatcher)."""
 
     db: Database
@@ -51,10 +51,10 @@ class ReceiverDeps:
     applied_here: Callable[[int | None], bool]
     wake: Callable[[int | None], None]  # bodies are stored for the channel: claim and apply them now
     # Applies a body about a channel of `applied_here` at once (False: it could not; store it).
-    # None: every body is stored first (PostgreSQL; see app.py).
+    # None: every body is stored first (PostgreSQL; see api/app.py).
     apply_now: Callable[[dict[str, Any]], Awaitable[bool]] | None
     # Takes a body stored for a channel of `applied_here` (its outbox row's id, its channel), to
-    # apply it without claiming the row (PostgreSQL; see app.py). None: stored bodies are claimed.
+    # apply it without claiming the row (PostgreSQL; see api/app.py). None: stored bodies are claimed.
     hand_over: Callable[[int, int | None, dict[str, Any]], None] | None
     # Whether `hand_over` takes more now (it holds a bounded number).
     hand_over_room: Callable[[], bool]

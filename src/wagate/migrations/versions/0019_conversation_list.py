@@ -26,7 +26,7 @@ from alembic import op
 
 from wagate.conversations.repository import LAST_MESSAGE_COLUMNS, LastMessage, written_by
 from wagate.conversations.search import contact_key
-from wagate.db import UTCDateTime
+from wagate.core.db import UTCDateTime
 
 revision: str = "0019"
 down_revision: str | None = "0018"

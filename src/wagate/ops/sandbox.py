@@ -12,13 +12,13 @@ import sys
 import aiohttp
 import uvicorn
 
-from wagate.app import create_app
-from wagate.config import Settings
-from wagate.migrate import migrate
-from wagate.operations import run_provision
-from wagate.provisioning import AccountSpec, ApiKeySpec, ChannelSpec, ProvisionFile, UserSpec
-from wagate.security import new_api_token
-from wagate.serving import DrainingServer, uvicorn_options
+from wagate.api.app import create_app
+from wagate.core.config import Settings
+from wagate.core.migrate import migrate
+from wagate.core.security import new_api_token
+from wagate.http.serving import DrainingServer, uvicorn_options
+from wagate.ops.operations import run_provision
+from wagate.ops.provisioning import AccountSpec, ApiKeySpec, ChannelSpec, ProvisionFile, UserSpec
 from wagate.simulator.app import create_simulator_app
 from wagate.simulator.server import base_url_of, serve_in_background
 from wagate.simulator.state import SimulatorConfig

@@ -14,15 +14,15 @@ from typing import Annotated, Protocol
 from fastapi import Depends, Request
 
 from wagate.accounts.auth import Principal
-from wagate.config import Settings
-from wagate.db import Database
-from wagate.errors import Unauthorized
+from wagate.core.config import Settings
+from wagate.core.db import Database
+from wagate.core.errors import Unauthorized
+from wagate.core.live import LiveHub
+from wagate.core.security import SecretBox
+from wagate.http.limits import KeyRateLimiter
 from wagate.idempotency.service import InFlightKeys
-from wagate.limits import KeyRateLimiter
-from wagate.live import LiveHub
-from wagate.lookups import Lookups
 from wagate.outbox.models import FastClaim
-from wagate.security import SecretBox
+from wagate.runtime.lookups import Lookups
 from wagate.whatsapp.client import CloudApiClient
 
 

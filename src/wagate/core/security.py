@@ -16,8 +16,8 @@ from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
-from wagate.config import Settings
-from wagate.db import sqlite_path
+from wagate.core.config import Settings
+from wagate.core.db import sqlite_path
 
 API_KEY_PREFIX = "wg_"
 _SCRYPT = {"n": 2**14, "r": 8, "p": 1}  # of the password hashes made before argon2id

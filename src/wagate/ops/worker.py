@@ -5,14 +5,14 @@ from __future__ import annotations
 import asyncio
 import signal
 
-from wagate.config import Settings
-from wagate.db import Database
+from wagate.api.health import HealthChecks, OpsListener
+from wagate.core.config import Settings
+from wagate.core.db import Database
+from wagate.core.live import LiveHub
+from wagate.core.security import secret_box_for
 from wagate.dispatch.dispatcher import Dispatcher
-from wagate.health import HealthChecks, OpsListener
-from wagate.live import LiveHub
-from wagate.metrics import Metrics
-from wagate.security import secret_box_for
-from wagate.serving import settle_heap
+from wagate.http.serving import settle_heap
+from wagate.observability.metrics import Metrics
 from wagate.whatsapp.client import CloudApiClient
 
 
@@ -38,7 +38,7 @@ async def run_worker(settings: Settings) -> None:
     try:
         if listener is not None:
             await listener.start()
-        # As in `wagate serve` (app.py): what exists after start-up lives as long as the process, so
+        # As in `wagate serve` (api/app.py): what exists after start-up lives as long as the process, so
         # keep it out of the collector's full passes. Without this a full pass over the worker's
         # start-up heap held its event loop for 120 ms of CPU (a quarter of a second on a busy
         # machine), and every send due meanwhile waited (tests/dispatch/test_scale_out.py).

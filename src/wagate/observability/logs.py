@@ -34,7 +34,7 @@ import structlog
 from fastapi.routing import iter_route_contexts
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from wagate.metrics import UNMATCHED_ROUTE, Metrics
+from wagate.observability.metrics import UNMATCHED_ROUTE, Metrics
 
 _hot_log = structlog.get_logger()  # resolved at its first line, after `configure_logging`
 

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 import uvicorn
 
-from wagate.config import Settings, get_settings
+from wagate.core.config import Settings, get_settings
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="wagate: outbound WhatsApp gateway.")
 templates_app = typer.Typer(no_args_is_help=True, help="Message templates.")
@@ -26,7 +26,7 @@ app.add_typer(users_app, name="users")
 
 
 def _logging(settings: Settings) -> None:
-    from wagate.logs import configure_logging
+    from wagate.observability.logs import configure_logging
 
     configure_logging(settings.log_level, settings.log_format)
 
@@ -49,7 +49,7 @@ def _with_metrics_port(settings: Settings, port: int | None) -> Settings:
 @app.command()
 def migrate() -> None:
     """Bring the database schema up to date."""
-    from wagate.migrate import migrate as run_migrations
+    from wagate.core.migrate import migrate as run_migrations
 
     run_migrations(get_settings().database_url)
     typer.echo("database is up to date", err=True)
@@ -69,16 +69,16 @@ def serve(
     settings = _with_metrics_port(get_settings(), metrics_port)
     _logging(settings)
     if sandbox:
-        from wagate.sandbox import run_sandbox
+        from wagate.ops.sandbox import run_sandbox
 
         asyncio.run(run_sandbox(settings, host=host, port=port))
         return
     if settings.is_sqlite:
-        from wagate.migrate import migrate as run_migrations
+        from wagate.core.migrate import migrate as run_migrations
 
         run_migrations(settings.database_url)
-    from wagate.app import create_app
-    from wagate.serving import DrainingServer, uvicorn_options
+    from wagate.api.app import create_app
+    from wagate.http.serving import DrainingServer, uvicorn_options
 
     app = create_app(settings, run_dispatcher=dispatcher)
     DrainingServer(uvicorn.Config(app, host=host, port=port, **uvicorn_options(settings))).run()
@@ -89,7 +89,7 @@ def worker(metrics_port: MetricsPort = None) -> None:
     """Run the dispatcher alone (deployments with several processes on PostgreSQL)."""
     settings = _with_metrics_port(get_settings(), metrics_port)
     _logging(settings)
-    from wagate.worker import run_worker
+    from wagate.ops.worker import run_worker
 
     asyncio.run(run_worker(settings))
 
@@ -101,8 +101,8 @@ def provision_command(
     """Create or update accounts, users, API keys and channels from FILE.json; prints JSON."""
     from pydantic import ValidationError
 
-    from wagate.operations import run_provision
-    from wagate.provisioning import ProvisionFile
+    from wagate.ops.operations import run_provision
+    from wagate.ops.provisioning import ProvisionFile
 
     settings = get_settings()
     _logging(settings)
@@ -124,7 +124,7 @@ def templates_sync(
     channel_id: Annotated[int | None, typer.Option(help="Only this channel.")] = None,
 ) -> None:
     """Fetch templates from the Cloud API now; prints how many each channel has."""
-    from wagate.operations import run_template_sync
+    from wagate.ops.operations import run_template_sync
 
     settings = get_settings()
     _logging(settings)
@@ -151,7 +151,7 @@ def dead_letters(
 @secrets_app.command("new-key")
 def secrets_new_key() -> None:
     """Print a new secret key (Fernet), to put first in WAGATE_SECRET_KEY before `secrets rotate`."""
-    from wagate.security import new_secret_key
+    from wagate.core.security import new_secret_key
 
     typer.echo(new_secret_key())
 
@@ -163,9 +163,9 @@ def secrets_rotate(
     """Encrypt every stored token and secret again with the first key of WAGATE_SECRET_KEY (or of the key
     file); safe while the gateway runs, and a second run changes nothing. Prints the counts as JSON;
     exits 1 when rows are left under a key no longer first (unreadable, or changing all the time)."""
-    from wagate.db import Database
-    from wagate.rotation import rotate_secrets
-    from wagate.security import SecretKeyError, secret_box_for
+    from wagate.core.db import Database
+    from wagate.core.security import SecretKeyError, secret_box_for
+    from wagate.ops.rotation import rotate_secrets
 
     settings = get_settings()
     _logging(settings)
@@ -195,7 +195,7 @@ def users_sign_out(email: Annotated[str, typer.Argument(help="The user's email."
     """End every dashboard session of the user (a lost laptop, a leaked cookie): their open pages must
     sign in again, in every process. Prints how many sessions ended; exits 1 for an unknown email."""
     from wagate.accounts.service import UserNotFound, sign_out_everywhere
-    from wagate.db import Database
+    from wagate.core.db import Database
 
     settings = get_settings()
     _logging(settings)

@@ -10,7 +10,7 @@ protocol below closes such connections:
 - they may hold at most `max_header_bytes` (431 `headers_too_large`), counted while they stream in.
 
 Between requests uvicorn's keep-alive timeout closes idle connections; once the head is in, the body
-has its own deadline (`RequestGuard` in `wagate.limits`). Every refusal is the contract's error body.
+has its own deadline (`RequestGuard` in `wagate.http.limits`). Every refusal is the contract's error body.
 
 `settle_heap` sets Python's collector up for a long-running process (`serve`, `worker`) once started.
 """
@@ -30,8 +30,8 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import HANDLED_SIGNALS
 
-from wagate.config import Settings
-from wagate.errors import HeadersTooLarge, NotHttp, RequestTimeout, WagateError
+from wagate.core.config import Settings
+from wagate.core.errors import HeadersTooLarge, NotHttp, RequestTimeout, WagateError
 
 # Container objects allocated (net of those freed) before the collector's youngest pass runs; Python's
 # default is 700. Each pass that reaches the oldest generation walks every object made since start-up,
@@ -251,8 +251,8 @@ class SideServer(uvicorn.Server):
 
 def uvicorn_options(settings: Settings) -> dict[str, Any]:
     """What every uvicorn server of the gateway runs with (`serve`, the sandbox, the tests)."""
-    # Logging is the process's (wagate.logs.configure_logging): uvicorn neither installs handlers of its
-    # own nor writes an access line, since `RequestLog` writes one per request, with its id.
+    # Logging is the process's (wagate.observability.logs.configure_logging): uvicorn neither installs
+    # handlers of its own nor writes an access line, since `RequestLog` writes one per request, with its id.
     # X-Forwarded-For and X-Forwarded-Proto are taken from the peers of WAGATE_TRUSTED_PROXIES only
     # (uvicorn's ProxyHeadersMiddleware; its FORWARDED_ALLOW_IPS variable is not read).
     return {

@@ -8,11 +8,11 @@ from typing import Any
 from sqlalchemy import select
 
 from wagate.channels.models import Channel
-from wagate.config import Settings
-from wagate.db import Database
+from wagate.core.config import Settings
+from wagate.core.db import Database
+from wagate.core.security import secret_box_for
 from wagate.dispatch.jobs import sync_channel_templates
-from wagate.provisioning import ProvisionFile, provision
-from wagate.security import secret_box_for
+from wagate.ops.provisioning import ProvisionFile, provision
 from wagate.whatsapp.client import CloudApiClient
 
 log = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""What every API request looks up, answered from short-lived caches (see wagate.cache).
+"""What every API request looks up, answered from short-lived caches (see wagate.core.cache).
 
 A send needs the caller (API key), its right to the channel (account and inbox membership) and the
 template; none of them changes from one request to the next, so the hot path reads them from memory.
@@ -13,13 +13,13 @@ from datetime import datetime
 from sqlalchemy import select
 
 from wagate.accounts.auth import LAST_USE_PRECISION, Principal, load_principal, record_use
-from wagate.cache import TTLCache
 from wagate.channels.models import Channel
 from wagate.channels.service import channel_for_member
-from wagate.db import Database, utcnow
-from wagate.errors import Unauthorized
+from wagate.core.cache import TTLCache
+from wagate.core.db import Database, utcnow
+from wagate.core.errors import Unauthorized
+from wagate.core.security import hash_api_token
 from wagate.events.subscriptions import Subscriptions, load_subscriptions
-from wagate.security import hash_api_token
 from wagate.templates.models import Template
 from wagate.templates.repository import find_template
 

@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import Field, PrivateAttr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from wagate.prices import SPEC_PRICES, PriceList, PriceListEntry, price_list_from, read_price_list_file
+from wagate.core.prices import SPEC_PRICES, PriceList, PriceListEntry, price_list_from, read_price_list_file
 
 DEFAULT_PRICES = SPEC_PRICES
 
@@ -28,7 +28,7 @@ class Settings(BaseSettings):
     # `wagate secrets rotate`, then drops the old one). Empty: a key file beside the database is
     # created on first use, so the embedded default needs no set-up.
     secret_key: str = ""
-    # The price list by date, in `currency` (wagate/prices.py, docs/deployment.md "Prices by date"):
+    # The price list by date, in `currency` (wagate/core/prices.py, docs/deployment.md "Prices by date"):
     # a list of entries `{"from": "YYYY-MM-DD", "prices": {...}, "utility_free_in_window": bool}`, or a
     # flat table of the template categories' rates, which follows Meta's dates (session messages are
     # charged from 2026-10-01). `price_list_file` names a JSON file of the same forms instead.

@@ -14,7 +14,8 @@
   most `MAX_QUERY_PARAMETERS` parameters of at most `MAX_QUERY_VALUE_LENGTH` characters each (422).
 - An API key makes at most `api_key_requests_per_second` requests a second, with bursts of
   `api_key_burst` (`KeyRateLimiter`; 429 `rate_limited` with Retry-After).
-- The request line and headers: see `wagate.serving` (431 past their size, 408 when they come too slowly).
+- The request line and headers: see `wagate.http.serving` (431 past their size, 408 when they come
+  too slowly).
 
 Path and query strings are checked by `RequestGuard` before routing; JSON bodies by `RequestBody`, the
 base of every request model, once they are parsed.
@@ -33,7 +34,7 @@ import orjson
 from pydantic import BaseModel, Field, model_validator
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from wagate.errors import InvalidRequest, PayloadTooLarge, RateLimited, RequestTimeout, WagateError
+from wagate.core.errors import InvalidRequest, PayloadTooLarge, RateLimited, RequestTimeout, WagateError
 
 # Accounts, users, keys, channels, webhooks and conversations have INTEGER keys: PostgreSQL refuses a
 # larger parameter for them ("integer out of range", a 500), so a larger id is refused here. Rows that

@@ -16,31 +16,31 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from wagate.api_docs import install_api_docs
+from wagate.api.api_docs import install_api_docs
+from wagate.api.deps import Gateway
+from wagate.api.health import HealthChecks, OpsListener
 from wagate.audit.endpoints import router as audit_router
 from wagate.bulk.endpoints import router as bulk_router
 from wagate.channels.endpoints import router as channels_router
-from wagate.config import Settings, get_settings
+from wagate.core.config import Settings, get_settings
+from wagate.core.db import Database
+from wagate.core.errors import MethodNotAllowed, NotFound, NotReady, WagateError, invalid_fields, invalid_json
+from wagate.core.live import LiveHub
+from wagate.core.security import secret_box_for
 from wagate.dashboard import install_dashboard
-from wagate.db import Database
-from wagate.deps import Gateway
 from wagate.dispatch.dispatcher import Dispatcher
-from wagate.errors import MethodNotAllowed, NotFound, NotReady, WagateError, invalid_fields, invalid_json
 from wagate.events.endpoints import router as events_router
-from wagate.health import HealthChecks, OpsListener
+from wagate.http.limits import WEBHOOK_PATH, BodyRefused, KeyRateLimiter, RequestGuard
+from wagate.http.openapi import operation_id
+from wagate.http.responses import FastJSONResponse as JSONResponse
+from wagate.http.serving import settle_heap
 from wagate.idempotency.service import InFlightKeys
-from wagate.limits import WEBHOOK_PATH, BodyRefused, KeyRateLimiter, RequestGuard
-from wagate.live import LiveHub
-from wagate.logs import RequestLog
-from wagate.lookups import Lookups
 from wagate.messages.endpoints import SEND_PATH, send_message, send_message_fast
 from wagate.messages.endpoints import router as messages_router
-from wagate.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from wagate.metrics import Metrics
-from wagate.openapi import operation_id
-from wagate.responses import FastJSONResponse as JSONResponse
-from wagate.security import secret_box_for
-from wagate.serving import settle_heap
+from wagate.observability.logs import RequestLog
+from wagate.observability.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from wagate.observability.metrics import Metrics
+from wagate.runtime.lookups import Lookups
 from wagate.templates.endpoints import router as templates_router
 from wagate.usage.endpoints import router as usage_api
 from wagate.whatsapp.client import CloudApiClient
@@ -175,7 +175,7 @@ def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True)
         )
         checks = HealthChecks(db, metrics, dispatcher, dispatcher_runs=run_dispatcher)
         app.state.health = checks
-        # The two typed values handlers get (wagate.deps.get_gateway, whatsapp.webhook._deps).
+        # The two typed values handlers get (wagate.api.deps.get_gateway, whatsapp.webhook._deps).
         key_rates = KeyRateLimiter(settings.api_key_requests_per_second, settings.api_key_burst)
         app.state.gateway = Gateway(
             db, settings, secret_box, client, lookups, dispatcher, InFlightKeys(), live, key_rates
@@ -270,7 +270,7 @@ def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True)
     @app.get("/metrics", include_in_schema=False)
     async def metrics_page(request: Request) -> Response:
         """Prometheus metrics, for the bearer of `WAGATE_METRICS_TOKEN` only: without one configured
-        the page does not exist here (the metrics port serves it, see wagate.health)."""
+        the page does not exist here (the metrics port serves it, see wagate.api.health)."""
         token = settings.metrics_token
         given = request.headers.get("authorization", "")
         if not token or not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):

@@ -27,10 +27,10 @@ from sqlalchemy.orm import InstrumentedAttribute, Session
 from wagate.audit.models import CLI, AuditAction
 from wagate.audit.service import record
 from wagate.channels.models import Channel
-from wagate.db import Database
+from wagate.core.db import Database
+from wagate.core.security import SecretBox
 from wagate.events.models import Delivery, Webhook
 from wagate.messages.models import Message
-from wagate.security import SecretBox
 
 PASSES = 3  # rows changed meanwhile are looked at again, this many passes at most
 

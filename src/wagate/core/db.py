@@ -11,7 +11,7 @@ commits. Units are synchronous so that the database decides how to run them chea
 - A unit that raises gets its exception back and stores nothing; the others commit.
 - Units of one kind that would each run the same few statements for one row (single sends) can be
   `Mergeable`: a batch runs those of one key together, one statement per table for all of them.
-- What a unit leaves for after its commit (`COMMIT_NOTES`: the live changes of wagate.live) goes to
+- What a unit leaves for after its commit (`COMMIT_NOTES`: the live changes of wagate.core.live) goes to
   the database's commit listeners once its batch committed, never for a unit rolled back.
 - On PostgreSQL a *large* unit (a bulk batch of up to 1000 messages, about 0.2 s; a batch of Meta's
   stored webhooks being applied, up to 500 bodies) commits on a second connection and thread of its
@@ -86,7 +86,7 @@ RETRY_ATTEMPTS = 3
 # spends its own CPU on a batch rather than waiting, so splitting only adds commits there.
 POSTGRESQL_SPLIT_ABOVE = 32
 UnitOfWork = Callable[[Session], T]
-# A list in a write session's `info` of what its units leave for after the commit (wagate.live's
+# A list in a write session's `info` of what its units leave for after the commit (wagate.core.live's
 # `record_live` appends to it). `run_units` takes out a unit's own when it is rolled back, and the
 # Database hands the rest of a committed batch to its commit listeners.
 COMMIT_NOTES = "wagate.commit_notes"

@@ -1,6 +1,6 @@
 """What an operator asks a process: is it ready (`/readyz`), and what does it count (`/metrics`).
 
-The API process answers on its own port (app.py); a worker, which has no API, and any process given a
+The API process answers on its own port (api/app.py); a worker, which has no API, and any process given a
 metrics port answer on a listener of their own (`ops_listener`), bound to loopback by default. Both ask
 the same functions here, so the answers cannot differ between them.
 """
@@ -20,15 +20,15 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from wagate.config import Settings
-from wagate.db import Database, utcnow
+from wagate.core.config import Settings
+from wagate.core.db import Database, utcnow
+from wagate.core.errors import NotReady
+from wagate.core.migrate import head_revision
 from wagate.dispatch.dispatcher import Dispatcher
-from wagate.errors import NotReady
-from wagate.metrics import CONTENT_TYPE, Metrics
-from wagate.migrate import head_revision
+from wagate.http.responses import FastJSONResponse as JSONResponse
+from wagate.http.serving import SideServer, uvicorn_options
+from wagate.observability.metrics import CONTENT_TYPE, Metrics
 from wagate.outbox.depth import lane_depths
-from wagate.responses import FastJSONResponse as JSONResponse
-from wagate.serving import SideServer, uvicorn_options
 
 log = logging.getLogger(__name__)
 

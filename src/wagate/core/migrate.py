@@ -9,9 +9,9 @@ from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
 
-from wagate.db import create_sqlite_file
+from wagate.core.db import create_sqlite_file
 
-MIGRATIONS = Path(__file__).parent / "migrations"
+MIGRATIONS = Path(__file__).parent.parent / "migrations"
 
 
 def sync_url(url: str) -> str:

@@ -21,9 +21,9 @@ from wagate.accounts.service import end_sessions, issue_api_key, revoke_api_key,
 from wagate.audit.models import PROVISIONING, SECRET_REPLACED, SECRET_SET, AuditAction
 from wagate.channels.models import Channel, ChannelMember
 from wagate.channels.service import record_membership
+from wagate.core.security import SecretBox, hash_api_token, hash_password, verify_password
 from wagate.events.models import EventKind, Webhook
 from wagate.events.service import new_secret, new_webhook
-from wagate.security import SecretBox, hash_api_token, hash_password, verify_password
 
 
 class _Strict(BaseModel):

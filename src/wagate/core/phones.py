@@ -6,7 +6,7 @@ from functools import lru_cache
 
 import phonenumbers
 
-from wagate.errors import InvalidPhoneNumber
+from wagate.core.errors import InvalidPhoneNumber
 
 # Numbers recently checked, valid or not. Checking one with libphonenumber's rules costs about 25 us
 # of CPU, 7 % of an accepted send's, and senders mostly write to the customers they wrote to before

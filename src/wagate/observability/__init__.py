@@ -1,0 +1,1 @@
+"""What an operator reads: structured logs and Prometheus metrics. Imports only `wagate.core`."""
