@@ -395,8 +395,8 @@ def analyze_postgres(database: str, admin_url: str = POSTGRES_ADMIN_URL) -> None
     empty in seconds, as autovacuum does within its first minute in a running deployment. Without
     them it plans for empty tables, and keeps those plans for the statements psycopg prepared
     (ANALYZE invalidates them): a send's result set its wamid by reading every message (a sequential
-    scan), a status batch compared every contact with the whole list. Measured in docs/performance.md
-    ("A fresh database's plans")."""
+    scan), a status batch compared every contact with the whole list. Measured in
+    docs/decisions/0004-outbox-claims.md."""
     import psycopg
 
     with psycopg.connect(_plain(admin_url).rsplit("/", 1)[0] + f"/{database}", autocommit=True) as conn:

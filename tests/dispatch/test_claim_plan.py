@@ -5,7 +5,7 @@ A queue's statistics are taken when it has just drained: autovacuum then finds t
 alone, each due at its next run, an hour ahead. By those, `run_at <= now` matches no row, and
 PostgreSQL once served the claim from `ix_outbox_kind_due` by that one condition, `run_at` being the
 index's second column: every due row of the outbox read and sorted for each claim, so a claim grew
-with the backlog (docs/performance.md, "Fourteenth pass"). Here, on a fresh database: those
+with the backlog (docs/decisions/0004-outbox-claims.md). Here, on a fresh database: those
 statistics, then a backlog of one channel's sends, then the plan of the lane's own statement.
 """
 

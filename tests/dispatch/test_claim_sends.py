@@ -1,7 +1,7 @@
 """What a send lane's claim takes (sends.claim_sends): its channel's due sends, never another kind's rows.
 
 The claim names a channel's sends by their priority, not by their kind (so that one index serves it
-whatever the outbox's statistics say; docs/performance.md, "Eleventh pass"). Meta's webhook bodies
+whatever the outbox's statistics say; docs/decisions/0004-outbox-claims.md). Meta's webhook bodies
 stored for the channel wait in the same rows of the outbox, named by the same channel: the lane must
 leave them to the webhook lane, or it would send a webhook body to Meta as a message.
 

@@ -115,7 +115,7 @@ def test_statuses_posted_together_are_each_stored_and_applied(gateway: Gateway) 
 
 def test_on_sqlite_a_status_is_applied_before_its_200(gateway: Gateway) -> None:
     """SQLite: the one process sends for every channel and applies a status body in the unit of work
-    its 200 waits for, never storing it (docs/performance.md, "Seventh pass"): read from the database
+    its 200 waits for, never storing it (docs/decisions/0003-status-webhooks.md): read from the database
     the moment the 200 is in, the message has moved. (Stored, it would wait for the dispatcher's claim
     and apply, two more commits.) PostgreSQL stores it and applies it soon (the test below)."""
     gateway.sim.configure(auto_statuses=False)
@@ -136,7 +136,7 @@ def test_on_sqlite_a_status_is_applied_before_its_200(gateway: Gateway) -> None:
 def test_on_postgresql_the_process_that_stored_a_status_applies_it_without_a_claim(gateway: Gateway) -> None:
     """PostgreSQL: the body is stored before the 200, due for a claim only `HANDED_OVER_SECONDS` later,
     and the process that stored it, which sends for its channel, applies it from what it received,
-    deleting the row in the same transaction (docs/performance.md, "Fourteenth pass"). While that
+    deleting the row in the same transaction (docs/decisions/0003-status-webhooks.md). While that
     transaction waits (another session holds the messages), the row reads as stored: never claimed,
     due seconds ahead. Then the message moves and no row is left."""
     if gateway.database_url.startswith("sqlite"):

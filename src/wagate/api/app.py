@@ -188,10 +188,10 @@ def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True)
             # SQLite: a body applied on receipt is one write instead of three (stored; claimed;
             # applied and deleted). Not on PostgreSQL, where each of the apply's statements is a round
             # trip for the few bodies of one group commit, and the dispatcher applies hundreds of
-            # stored bodies with the same statements (docs/performance.md, "Seventh pass").
+            # stored bodies with the same statements (docs/decisions/0003-status-webhooks.md).
             dispatcher.apply_webhook if db.is_sqlite else None,
             # PostgreSQL: stored, then applied by the hundred without a claim (two writes instead of
-            # three; "Fourteenth pass").
+            # three; docs/decisions/0003-status-webhooks.md).
             None if db.is_sqlite else dispatcher.hand_over,
             dispatcher.hand_over_room,
             lookups.channel_by_phone_number_id,

@@ -42,7 +42,7 @@ def complete_batches(
         return 0
     # One send still waiting is enough to know, so the check stops at it. It read every waiting row of
     # the batch (up to 1000) once per recorded round: 137 buffer reads a call in the scale-out test,
-    # 32 now (docs/performance.md, "Thirteenth pass").
+    # 32 now (docs/decisions/0004-outbox-claims.md).
     send_waiting = exists().where(
         OutboxJob.batch_id == Batch.id,
         OutboxJob.kind == JobKind.send_message,

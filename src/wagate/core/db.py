@@ -82,7 +82,7 @@ RETRYABLE_SQLSTATES = frozenset({"40P01", "40001"})
 RETRY_ATTEMPTS = 3
 # PostgreSQL's writer splits what waits into two batches above this many units (`_GroupCommitter`):
 # at 64 connections batches of 32 accepted about 9 % more sends a second than one of every
-# request in flight; 16 and 48 did worse (docs/performance.md, "Sixteenth pass"). SQLite's writer
+# request in flight; 16 and 48 did worse (docs/decisions/0002-postgresql-writer.md). SQLite's writer
 # spends its own CPU on a batch rather than waiting, so splitting only adds commits there.
 POSTGRESQL_SPLIT_ABOVE = 32
 UnitOfWork = Callable[[Session], T]
@@ -190,7 +190,7 @@ def for_each_value(
     learned from the statuses of a first campaign) the planner believes it holds a row or two. It
     then chose to read all of the account's rows and compare each one with every value: 9-14 ms for
     an `IN` list, up to 86 ms for a semi-join on the array, instead of about 1, for 136 user ids
-    among 3,000 (docs/performance.md, "Ninth pass")."""
+    among 3,000 (docs/decisions/0003-status-webhooks.md)."""
     values = func.unnest(bindparam(parameter, type_=postgresql.ARRAY(column.type)))
     wanted = values.table_valued("value").render_derived()
     found = query.where(column == wanted.c.value).limit(1).lateral()
@@ -461,7 +461,7 @@ class _GroupCommitter:
     `split_above`: when more units than this wait, a batch takes half of them (at least this many),
     and the rest start the next batch as soon as it is done. The event loop then answers and reads
     one half's requests while the other half's batch waits on the database, instead of idling through
-    one batch of every request in flight (docs/performance.md, "Sixteenth pass").
+    one batch of every request in flight (docs/decisions/0002-postgresql-writer.md).
     """
 
     run_batch: Callable[[list[UnitOfWork[Any]]], Awaitable[list[tuple[bool, Any]]]]

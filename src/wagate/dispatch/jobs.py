@@ -310,7 +310,7 @@ async def apply_received(
     applies them deletes their rows, those no claim has taken meanwhile, and applies only the bodies
     of the rows it deleted (a claim that took the others applies them). The claim, a new version of
     each row and its payload read back, was a third of PostgreSQL's work for a status
-    (docs/performance.md, "Fourteenth pass").
+    (docs/decisions/0003-status-webhooks.md).
 
     None when the write failed: nothing of it is stored, every row is still there, and
     `run_webhook_batch` claims them with its retries and dead letters, as any stored body."""

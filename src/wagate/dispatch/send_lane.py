@@ -209,8 +209,8 @@ class ChannelLane:
         channel would fall short of its rate by that much. The claim runs beside the rounds, which
         go on starting the queued sends meanwhile; a round waits for it only when nothing is queued.
         A round that awaited the claim sent nothing while it ran (100-480 ms behind a busy writer on
-        a slow machine), and then the tokens saved meanwhile in one burst (docs/performance.md,
-        "Thirteenth pass").
+        a slow machine), and then the tokens saved meanwhile in one burst
+        (docs/decisions/0006-pacing.md).
         """
         pause = self.throttled_until - time.monotonic()
         if pause > 0:
@@ -292,7 +292,7 @@ class ChannelLane:
         channel sends in twice the time the last claim took, when that is more. A claim waits behind
         the writer's batch under way, which a busy writer on a slow machine makes 150-480 ms: with
         the queue at half of half a second, a 1000/s channel ran dry and waited for the claim
-        (docs/performance.md, "Thirteenth pass"). Up to the whole claim ahead: the next claim then
+        (docs/decisions/0006-pacing.md). Up to the whole claim ahead: the next claim then
         starts as soon as one comes back, each for what was sent meanwhile."""
         size = self._claim_ahead_size()
         return min(size, max(size // 2, math.ceil(2 * self.claim_seconds * self.limiter.rate)))

@@ -176,13 +176,13 @@ def _claim_sends_statement(singles_only: bool, dialect: str) -> Update:
     # the claim's order, and no other index can serve the claim. Named by kind, the claim was
     # planned by the outbox's statistics, which for a queue are always stale (taken when it held
     # two rows, while 2,000 wait now), and PostgreSQL read `ix_outbox_kind_due` instead: every due
-    # send of every channel read and sorted, 8-28 ms a claim (docs/performance.md, "Eleventh pass").
+    # send of every channel read and sorted, 8-28 ms a claim (docs/decisions/0004-outbox-claims.md).
     # `run_at`, the one condition not on `ix_outbox_due`, is the second column of
     # `ix_outbox_kind_due`, and PostgreSQL can scan that index by its second column alone. A drained
     # outbox's statistics know only the periodic jobs, due an hour ahead, so `run_at <= now` looked
     # like no row at all and the claim read every due row of the outbox that way (3.9 ms a claim in
-    # the send benchmark; "Fourteenth pass"). Plus a zero interval, no index matches it: it only
-    # filters the rows `ix_outbox_due` gives.
+    # the send benchmark; docs/decisions/0004-outbox-claims.md). Plus a zero interval, no index
+    # matches it: it only filters the rows `ix_outbox_due` gives.
     run_at = OutboxJob.run_at + ZERO_INTERVAL if dialect == "postgresql" else OutboxJob.run_at
     best = Priority.single if singles_only else Priority.bulk
     due = (

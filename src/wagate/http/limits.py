@@ -254,7 +254,7 @@ class RequestGuard:
                 deadline = loop.time() + self.body_timeout_seconds
             if isinstance(arrived, asyncio.Event) and arrived.is_set():
                 # What the read returns is there already: no timer to make and cancel (7 us a
-                # request, docs/performance.md "Seventeenth pass").
+                # request, docs/decisions/0005-request-path.md).
                 message = await receive()
             else:
                 try:

@@ -36,7 +36,7 @@ from wagate.core.errors import HeadersTooLarge, NotHttp, RequestTimeout, WagateE
 # Container objects allocated (net of those freed) before the collector's youngest pass runs; Python's
 # default is 700. Each pass that reaches the oldest generation walks every object made since start-up,
 # and with 700 that came every 0.8 s under load, 7-17 ms each, stalling every request in flight
-# (docs/performance.md, "Eighth pass").
+# (docs/decisions/0005-request-path.md).
 YOUNG_GENERATION_THRESHOLD = 20_000
 
 _REASONS = {400: b"Bad Request", 408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
@@ -52,7 +52,7 @@ class _HeadWithBody:
     answer. The cycle's first write (the head) is held until its next one (the body, nearly always in
     the same turn of the event loop) or the end of that turn, whichever comes first; every later
     write goes straight out. So nothing waits beyond the turn that wrote it, and nothing is held once
-    a body has begun (docs/performance.md, "Eighteenth pass")."""
+    a body has begun (docs/decisions/0005-request-path.md)."""
 
     __slots__ = ("_first", "_held", "_loop", "_transport")
 
@@ -122,8 +122,8 @@ class GuardedHttpProtocol(HttpToolsProtocol):
             self._refuse(_too_large(self.max_header_bytes))
         elif self._in_head and self._head_timer is None and self._refusal is None:
             # Only a head still incomplete after what came gets a timer: one that came in one
-            # piece (nearly every request) makes and cancels none (docs/performance.md,
-            # "Seventeenth pass").
+            # piece (nearly every request) makes and cancels none
+            # (docs/decisions/0005-request-path.md).
             self._arm_head_timer()
 
     def on_message_begin(self) -> None:

@@ -89,7 +89,7 @@ def store_sends(
     by_number_alone = all(send.contact_id is None and send.phone_number is not None for send in sends)
     if by_number_alone and not conversation_webhooks and dialect_name(session) == "postgresql":
         # Everything in one round trip: the writer waits on each statement, and a wait costs more
-        # than the statement (docs/performance.md, "Round trips").
+        # than the statement (docs/decisions/0002-postgresql-writer.md).
         message_rows = [_message_row(send, None, now) for send in sends]
         # Each number once, with its last send (the conversation keeps it), as arrays by column.
         last_of_number = {send.phone_number or "": last_message_of(send).columns() for send in sends}

@@ -207,7 +207,7 @@ def apply_status_payloads(
 def _write_statuses_statement(dialect: str) -> Update:
     """What the statuses changed, for all the messages at once: on PostgreSQL from one JSON
     parameter (`rows_from_json`), so the driver handles one value, not nine per message (an
-    executemany: a quarter of applying a batch, docs/performance.md "Ninth pass"); on SQLite an
+    executemany: a quarter of applying a batch, docs/decisions/0003-status-webhooks.md); on SQLite an
     executemany of one row each."""
     if dialect == "postgresql":
         rows = rows_from_json(_messages, "rows")

@@ -169,7 +169,7 @@ class _Connection(asyncio.Protocol):
     ) -> tuple[int, bytes, bool]:
         """The answer to `request`; ExchangeFailed (and the connection closed) when it is not all
         in within `answer_within` seconds. A timer of the loop's own rather than `asyncio.timeout`,
-        which costs twice as much CPU on every call to Meta (docs/performance.md, "Tenth pass")."""
+        which costs twice as much CPU on every call to Meta (docs/decisions/0005-request-path.md)."""
         if self.closed or self.transport is None or self.transport.is_closing():
             raise ConnectFailed("the connection closed before the request was written")
         loop = asyncio.get_running_loop()

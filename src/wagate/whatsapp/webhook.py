@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 def _store_statement(dialect: str) -> Insert:
     """Built once, values bound at execution: Meta sends a few of these for every message. On
     PostgreSQL the rows go as one JSON parameter (`insert_from_json`): the driver then handles one
-    value, not sixteen per body (docs/performance.md, "Ninth pass")."""
+    value, not sixteen per body (docs/decisions/0003-status-webhooks.md)."""
     outbox = table_of(OutboxJob)
     if dialect == "postgresql":
         return insert_from_json(outbox, "rows").returning(outbox.c.id)
@@ -148,7 +148,7 @@ async def receive(request: Request) -> Response:
     numbers = phone_number_ids(body)
     channel_id = await deps.channel_of(numbers.pop()) if len(numbers) == 1 else None
     # Applied at once by the process that sends for its channel, committed before the 200: then it is
-    # never stored, claimed and deleted (docs/performance.md, "Seventh pass").
+    # never stored, claimed and deleted (docs/decisions/0003-status-webhooks.md).
     apply_now = deps.apply_now
     if (
         apply_now is not None

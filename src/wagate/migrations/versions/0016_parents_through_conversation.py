@@ -9,7 +9,7 @@ PostgreSQL checks each foreign key of each row with a query of its own (a lockin
 row). Seven checks a send, three of them redundant: a message's conversation (a required column,
 checked) belongs to the same account and channel, and a conversation's channel (checked) to the same
 account. Those three went: on this machine's PostgreSQL the statement that stores 40 sends took
-6.1-7.0 ms instead of 7.7-8.2 ms (docs/performance.md, "Tenth pass"). Deleting an account or a
+6.1-7.0 ms instead of 7.7-8.2 ms (docs/decisions/0004-outbox-claims.md). Deleting an account or a
 channel still deletes its messages and conversations, through the same ON DELETE CASCADE chain
 (account -> channels and contacts -> conversations -> messages).
 
