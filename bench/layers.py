@@ -65,10 +65,10 @@ STEPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("whatsapp/http1.py", "aiohttp/", "httpx/", "httpcore/", "h11/", "yarl/", "multidict/"),
     ),
     ("dispatcher: lane and rounds", ("dispatch/send_lane.py", "dispatch/dispatcher.py")),
-    ("status webhooks: receive and store", ("whatsapp/webhook.py", "whatsapp/signature.py")),
+    ("status webhooks: receive and store", ("whatsapp/receiver.py", "whatsapp/signature.py")),
     (
         "status webhooks: apply",
-        ("messages/webhooks.py", "messages/status.py", "messages/parked.py", "dispatch/jobs.py"),
+        ("messages/meta_updates.py", "messages/status.py", "messages/parked.py", "dispatch/jobs.py"),
     ),
     (
         "send: check and build (service)",

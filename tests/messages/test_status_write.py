@@ -1,4 +1,4 @@
-"""The statuses' one-statement write (messages/webhooks.py `_write_statuses`) on a real database.
+"""The statuses' one-statement write (messages/meta_updates.py `_write_statuses`) on a real database.
 
 Applying statuses reads messages as plain records (`MessageRecord`), not ORM objects, and writes
 only the columns applying a status may change, so a change to any other column would be lost
@@ -18,9 +18,9 @@ from sqlalchemy.orm import Session
 from support import store_text_sends
 from wagate.core.db import Database, table_of
 from wagate.core.migrate import migrate
+from wagate.messages.meta_updates import _write_statuses
 from wagate.messages.models import MESSAGE_COLUMNS, Message, MessageRecord, MessageStatus
 from wagate.messages.schemas import message_view
-from wagate.messages.webhooks import _write_statuses
 
 _messages = table_of(Message)
 

@@ -25,7 +25,7 @@ import gateway_process as machinery
 from app_in_thread import sql
 from gateway_process import GatewayProcess, Provisioned
 from support import Gateway, Simulator, wait_for
-from wagate.whatsapp.webhook import HANDED_OVER_SECONDS
+from wagate.whatsapp.receiver import HANDED_OVER_SECONDS
 
 pytestmark = pytest.mark.timeout(120)
 

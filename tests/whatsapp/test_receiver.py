@@ -12,8 +12,8 @@ import pytest
 
 from app_in_thread import sql
 from support import APP_SECRET, MAIN, VERIFY_TOKEN, Gateway, new_number, wait_for, writes_held
+from wagate.whatsapp.receiver import HANDED_OVER_SECONDS
 from wagate.whatsapp.signature import sign
-from wagate.whatsapp.webhook import HANDED_OVER_SECONDS
 
 
 def post_signed(gateway: Gateway, body: Any, secret: str = APP_SECRET) -> Any:

@@ -220,7 +220,7 @@ def test_changes_of_other_fields_are_not_read_as_statuses(
 def test_a_body_that_fails_on_receipt_is_stored_and_buried_and_holds_up_nothing(
     database_url: str, simulator: Simulator, manual_statuses: None, retries_a_second_apart: None
 ) -> None:
-    """On SQLite the gateway applies a body as it receives it (whatsapp/webhook.py); one that fails
+    """On SQLite the gateway applies a body as it receives it (whatsapp/receiver.py); one that fails
     there is stored instead, still answered 200, and goes the stored bodies' way: tried again, then
     buried. The bodies posted beside it are applied. (On PostgreSQL every body takes the stored way.)"""
     key = Fernet.generate_key().decode()

@@ -44,9 +44,9 @@ from wagate.runtime.lookups import Lookups
 from wagate.templates.endpoints import router as templates_router
 from wagate.usage.endpoints import router as usage_api
 from wagate.whatsapp.client import CloudApiClient
-from wagate.whatsapp.webhook import ReceiverDeps
-from wagate.whatsapp.webhook import receive as receive_webhook
-from wagate.whatsapp.webhook import routes as whatsapp_webhook_routes
+from wagate.whatsapp.receiver import ReceiverDeps
+from wagate.whatsapp.receiver import receive as receive_webhook
+from wagate.whatsapp.receiver import routes as whatsapp_webhook_routes
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +175,7 @@ def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True)
         )
         checks = HealthChecks(db, metrics, dispatcher, dispatcher_runs=run_dispatcher)
         app.state.health = checks
-        # The two typed values handlers get (wagate.api.deps.get_gateway, whatsapp.webhook._deps).
+        # The two typed values handlers get (wagate.api.deps.get_gateway, whatsapp.receiver._deps).
         key_rates = KeyRateLimiter(settings.api_key_requests_per_second, settings.api_key_burst)
         app.state.gateway = Gateway(
             db, settings, secret_box, client, lookups, dispatcher, InFlightKeys(), live, key_rates

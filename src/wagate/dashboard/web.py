@@ -46,7 +46,7 @@ SECURITY_HEADERS = {
 }
 
 templates = Environment(
-    loader=FileSystemLoader(HERE / "templates"),
+    loader=FileSystemLoader(HERE / "page_templates"),
     autoescape=select_autoescape(["html"]),
     trim_blocks=True,
     lstrip_blocks=True,

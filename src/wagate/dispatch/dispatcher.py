@@ -29,7 +29,7 @@ from wagate.dispatch.deps import LaneDeps
 from wagate.dispatch.event_lane import EventLane
 from wagate.dispatch.send_lane import ChannelLane
 from wagate.events.subscriptions import Subscriptions
-from wagate.messages.webhooks import WebhooksApplied
+from wagate.messages.meta_updates import WebhooksApplied
 from wagate.observability.metrics import ChannelRate, Metrics
 from wagate.outbox.errors import describe_error
 from wagate.outbox.isolation import log_failure, write_isolating

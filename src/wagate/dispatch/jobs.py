@@ -21,9 +21,9 @@ from wagate.dispatch.sends import settle_sends
 from wagate.events.deliveries import purge_finished
 from wagate.events.subscriptions import Subscriptions
 from wagate.idempotency.service import purge_expired as purge_idempotency_keys
+from wagate.messages.meta_updates import WebhooksApplied, process_webhook_bodies
 from wagate.messages.parked import PARKED_STATUS_MAX_AGE, purge_parked_statuses
 from wagate.messages.pricing import Prices
-from wagate.messages.webhooks import WebhooksApplied, process_webhook_bodies
 from wagate.outbox.dead_letters import bury
 from wagate.outbox.errors import describe_error
 from wagate.outbox.isolation import write_isolating

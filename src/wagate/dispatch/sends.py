@@ -39,10 +39,10 @@ from wagate.channels.service import pause_channel
 from wagate.core.db import UTCDateTime, dialect_name, table_of, utcnow
 from wagate.events.subscriptions import Subscriptions
 from wagate.messages.events import publish_status_changes
+from wagate.messages.meta_updates import apply_parked_rows, apply_parked_statuses, parked_statuses_for
 from wagate.messages.models import Message, MessageStatus
 from wagate.messages.pricing import Prices
 from wagate.messages.status import StatusChange, apply_status
-from wagate.messages.webhooks import apply_parked_rows, apply_parked_statuses, parked_statuses_for
 from wagate.outbox.dead_letters import bury
 from wagate.outbox.models import (
     ClaimedSend,

@@ -359,7 +359,7 @@ def _sent_conditions(found: SentFilter, *, with_status: bool = True) -> list[Col
     if found.template_name is not None:
         conditions.append(Message.template_name == found.template_name)
     if found.error_code is not None:
-        # Stored as "131026: Message undeliverable" (messages/webhooks.py, whatsapp/errors.py).
+        # Stored as "131026: Message undeliverable" (messages/meta_updates.py, whatsapp/errors.py).
         conditions.append(Message.external_error.startswith(f"{found.error_code}:", autoescape=True))
     if found.created_after is not None:
         conditions.append(Message.created_at >= found.created_after)
