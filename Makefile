@@ -9,7 +9,7 @@ STAMP = $(VENV)/.installed-stamp
 TOOLS ?= .venv-tools
 TOOLS_STAMP = $(TOOLS)/.installed-stamp
 
-.PHONY: sandbox test lint bench bench-send bench-statuses bench-events bench-bulk bench-floor bench-scale bench-backlog install fuzz
+.PHONY: sandbox test test-fast lint bench bench-send bench-statuses bench-events bench-bulk bench-floor bench-scale bench-backlog install fuzz
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,8 +28,19 @@ install: $(STAMP) $(TOOLS_STAMP)
 sandbox: $(STAMP)
 	$(BIN)/wagate serve --sandbox
 
+# Test modules run on TEST_WORKERS processes at once (pytest-xdist; each has its own databases,
+# simulator and ports); the few that measure time, rates or memory (marked `alone`) run after them,
+# one at a time, so that the others' load does not count against them. Both parts always run.
+TEST_WORKERS ?= 4
 test: $(STAMP) $(TOOLS_STAMP)
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile -m "not alone"; parallel=$$?; \
+	$(BIN)/pytest -m alone; alone=$$?; \
+	exit $$(( parallel || alone ))
+
+# The inner loop: SQLite only, no browser, no process of its own, nothing marked slow (a few minutes).
+test-fast: $(STAMP)
+	CI= $(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile -m "not alone and not slow" \
+		-k "not postgresql"
 
 # The generated-input tests of `make test`, twenty times as long (docs/reliability.md, "Bad input").
 fuzz: $(STAMP)

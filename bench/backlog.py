@@ -40,7 +40,7 @@ from common import (
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.orm import Session
 
-from wagate.dispatch.sends import claim_sends
+from wagate.dispatch.send_claims import claim_sends
 
 CLAIM_SIZE = 25
 

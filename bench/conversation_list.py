@@ -31,9 +31,10 @@ from wagate.accounts.auth import Principal
 from wagate.accounts.models import Account, Role, User
 from wagate.channels.models import Channel, ChannelMember
 from wagate.conversations.models import Contact, Conversation, ConversationStatus
-from wagate.conversations.repository import list_conversations
-from wagate.core.db import Database, table_of, utcnow
+from wagate.conversations.repository.conversation_list import list_conversations
+from wagate.core.db import Database, utcnow
 from wagate.core.migrate import migrate, sync_url
+from wagate.core.tables import table_of
 
 POSTGRES_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 

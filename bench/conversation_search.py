@@ -34,18 +34,16 @@ from sqlalchemy import create_engine, insert, text
 from sqlalchemy.pool import NullPool
 
 from wagate.conversations.models import Contact, Conversation, ConversationStatus, CustomerId
-from wagate.conversations.repository import (
-    FROM_AGENT,
-    FROM_CUSTOMER,
-    FROM_TEMPLATE,
+from wagate.conversations.repository.conversation_list import (
     NEEDS_REPLY,
-    LastMessage,
     count_conversations,
     list_conversations,
 )
+from wagate.conversations.repository.last_message import FROM_AGENT, FROM_CUSTOMER, FROM_TEMPLATE, LastMessage
 from wagate.conversations.search import contact_key
-from wagate.core.db import Database, table_of, utcnow
+from wagate.core.db import Database, utcnow
 from wagate.core.migrate import sync_url
+from wagate.core.tables import table_of
 
 POSTGRES_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 FIRST = ["Şəhla", "Elçin", "Aysel", "Rəşad", "Günel", "Tural", "Nərmin", "İlkin", "Ülviyyə", "Kamran",

@@ -61,7 +61,7 @@ from sqlalchemy.types import NullType
 from stack import GatewayStack
 from statuses import TARGET_PER_SECOND, status_body
 
-from wagate.core.db import table_of
+from wagate.core.tables import table_of
 from wagate.messages.models import Message
 from wagate.outbox.models import OutboxJob
 

@@ -49,7 +49,7 @@ STEPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "whatsapp/client.py",
             "send_payload",
-            # payloads.py's request builders; the rest of that module parses Meta's webhooks (below)
+            # outbound.py's request builders (Meta's webhooks are parsed below)
             "_base_message (",
             "text_message (",
             "template_message (",
@@ -59,29 +59,43 @@ STEPS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "SendResult.",
         ),
     ),
-    ("status webhooks: parse Meta's JSON", ("whatsapp/payloads.py",)),
+    ("status webhooks: parse Meta's JSON", ("whatsapp/payloads.py", "whatsapp/webhook_body.py")),
     (
         "dispatcher: HTTP client",
         ("whatsapp/http1.py", "aiohttp/", "httpx/", "httpcore/", "h11/", "yarl/", "multidict/"),
     ),
-    ("dispatcher: lane and rounds", ("dispatch/send_lane.py", "dispatch/dispatcher.py")),
+    (
+        "dispatcher: lane and rounds",
+        ("dispatch/send_lane.py", "dispatch/send_queue.py", "dispatch/dispatcher.py", "dispatch/releases.py"),
+    ),
     ("status webhooks: receive and store", ("whatsapp/receiver.py", "whatsapp/signature.py")),
     (
         "status webhooks: apply",
-        ("messages/meta_updates.py", "messages/status.py", "messages/parked.py", "dispatch/jobs.py"),
+        (
+            "messages/meta_updates.py",
+            "messages/meta_statuses.py",
+            "messages/customer_messages.py",
+            "messages/status.py",
+            "messages/parked.py",
+            "dispatch/jobs.py",
+            "dispatch/webhook_jobs.py",
+        ),
     ),
     (
         "send: check and build (service)",
         ("messages/service.py", "messages/schemas.py", "messages/pricing.py"),
     ),
-    ("send: store rows (repository)", ("messages/repository.py",)),
+    ("send: store rows (repository)", ("messages/repository.py", "messages/send_rows.py")),
     # A send's contact and conversation upserts, and the customers a status teaches: both paths.
     ("contacts and conversations", ("conversations/",)),
     (
         "send: endpoint and response",
         ("messages/endpoints.py", "wagate/http/responses.py", "wagate/api/deps.py"),
     ),
-    ("units of work: batching and commit", ("wagate/core/db.py", "outbox/isolation.py")),
+    (
+        "units of work: batching and commit",
+        ("wagate/core/db.py", "wagate/core/units.py", "wagate/core/group_commit.py", "outbox/isolation.py"),
+    ),
 )
 # Below its step, where a sample is: the statement compiler, the driver, the commit.
 MECHANISMS: tuple[tuple[str, tuple[str, ...]], ...] = (

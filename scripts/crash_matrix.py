@@ -5,7 +5,7 @@ two `serve --no-dispatcher` and a second worker): a fresh database, the simulato
 own (status webhooks back to the gateway), an account webhook for message and batch events delivered
 to a receiver in this process, then `--runs` runs of `--messages` messages (single sends and one batch
 of `--batch`), with `--kills` SIGKILLs spread over the runs at moments drawn from `--seed`. After each
-run everything settles and is counted (tests/crash_matrix_engine.py says what each column means).
+run everything settles and is counted (tests/support/crash_matrix.py says what each column means).
 Prints the seed first and a table last; exits 1 on any loss, double send, lost or doubled event,
 failure or row left stuck.
 
@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-import crash_matrix_engine as engine  # noqa: E402 - the tests' machinery, from tests/
+import support.crash_matrix as engine  # noqa: E402 - the tests' machinery, from tests/
 
 
 def main() -> int:

@@ -9,9 +9,8 @@ import httpx
 import psycopg
 import pytest
 
-from app_in_thread import running_gateway
-from receiver import Receiver
-from support import (
+from support.app_in_thread import running_gateway
+from support.harness import (
     APP_SECRET,
     GLOBEX,
     MAIN,
@@ -20,11 +19,40 @@ from support import (
     Simulator,
     postgres_admin_url,
 )
+from support.receiver import Receiver
 from wagate.simulator.app import create_simulator_app
 from wagate.simulator.server import start_in_thread
 from wagate.simulator.state import SimulatorConfig
 
 BACKENDS = ["sqlite", "postgresql"]
+# Tests that drive Chromium, and modules that run `wagate` processes of their own or generate input
+# at length, are `slow`: `make test` runs them, `make test-fast` leaves them out.
+BROWSER_FIXTURES = {"browser", "context", "page"}
+GENERATED_AT_LENGTH = {
+    "test_openapi_contract",
+    "test_header_fuzz",
+    "test_webhook_fuzz",
+    "test_dashboard_fuzz",
+}
+
+
+def _runs_processes(module: object) -> bool:
+    return any(
+        getattr(value, "__module__", None) == "support.gateway_process"
+        or getattr(value, "__name__", None) == "support.gateway_process"
+        for value in vars(module).values()
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        module = getattr(item, "module", None)
+        if (
+            BROWSER_FIXTURES & set(getattr(item, "fixturenames", ()))
+            or (module is not None and _runs_processes(module))
+            or (module is not None and module.__name__.rsplit(".", 1)[-1] in GENERATED_AT_LENGTH)
+        ):
+            item.add_marker(pytest.mark.slow)
 
 
 def _postgres_available() -> bool:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from cryptography.fernet import Fernet
 
-from support import APP_SECRET, MAIN, Simulator, provision_file
+from support.harness import APP_SECRET, MAIN, Simulator, provision_file
 
 WAGATE = [sys.executable, "-m", "wagate.ops.cli"]
 

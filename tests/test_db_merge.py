@@ -9,7 +9,8 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from wagate.core.db import Database, Mergeable
+from wagate.core.db import Database
+from wagate.core.units import Mergeable
 
 
 def _store(calls: list[list[int]], session: Session, items: list[int]) -> list[int]:

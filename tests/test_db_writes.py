@@ -176,7 +176,7 @@ def test_a_long_multi_row_statement_is_converted_once_not_per_batch(table: str) 
 
 
 def test_the_writer_takes_a_new_connection_when_the_server_dropped_its_own(table: str) -> None:
-    """The writer keeps its connection from batch to batch (db.WriterSession). When the server ends
+    """The writer keeps its connection from batch to batch (units.WriterSession). When the server ends
     it (a restart, an administrator), the write that finds it gone fails and stores nothing, and the
     next write goes through on a new connection."""
 

@@ -25,8 +25,8 @@ import yaml
 from sqlalchemy.engine import make_url
 from typer.testing import CliRunner
 
-from gateway_process import WAGATE, GatewayProcess, free_port
-from support import postgres_admin_url
+from support.gateway_process import WAGATE, GatewayProcess, free_port
+from support.harness import postgres_admin_url
 from wagate.core.config import Settings
 from wagate.core.security import SecretBox, SecretKeyError, new_secret_key, read_or_create_key_file
 from wagate.ops.cli import app

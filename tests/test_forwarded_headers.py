@@ -15,8 +15,8 @@ from pathlib import Path
 
 import httpx
 
-import gateway_process
-from gateway_process import WAGATE, GatewayProcess, Provisioned, free_port
+from support import gateway_process
+from support.gateway_process import WAGATE, GatewayProcess, Provisioned, free_port
 
 provisioned = gateway_process.provisioned
 

@@ -16,8 +16,8 @@ from sqlalchemy import event, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from app_in_thread import gateway_with_app, sql
-from support import Gateway, Simulator, wait_for
+from support.app_in_thread import gateway_with_app, sql
+from support.harness import Gateway, Simulator, wait_for
 from wagate.core.db import Database
 from wagate.core.migrate import migrate
 from wagate.core.security import hash_api_token

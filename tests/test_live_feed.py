@@ -18,10 +18,10 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-import gateway_process
-from app_in_thread import gateway_in_this_loop, gateway_settings
-from gateway_process import WAGATE, gateway_env, simulator_wiring, tail
-from support import ADMIN_TOKEN, MAIN, Simulator, new_number, provision_file
+from support import gateway_process
+from support.app_in_thread import gateway_in_this_loop, gateway_settings
+from support.gateway_process import WAGATE, gateway_env, simulator_wiring, tail
+from support.harness import ADMIN_TOKEN, MAIN, Simulator, new_number, provision_file
 from wagate.api.app import create_app
 from wagate.conversations.models import ConversationStatus
 from wagate.conversations.service import change_conversation_status

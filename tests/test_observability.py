@@ -17,10 +17,9 @@ from typing import Any
 import httpx
 import pytest
 
-import gateway_process
-from gateway_process import GatewayProcess, Provisioned, WorkerProcess, free_port
-from receiver import Receiver
-from support import (
+from support import gateway_process
+from support.gateway_process import GatewayProcess, Provisioned, WorkerProcess, free_port
+from support.harness import (
     ADMIN_TOKEN,
     AGENT_TOKEN,
     APP_SECRET,
@@ -35,6 +34,7 @@ from support import (
     provision_file,
     wait_for,
 )
+from support.receiver import Receiver
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -39,9 +39,8 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from app_in_thread import gateway_with_app, sql
-from receiver import Receiver
-from support import (
+from support.app_in_thread import gateway_with_app, sql
+from support.harness import (
     ADMIN_TOKEN,
     AGENT_TOKEN,
     GLOBEX,
@@ -56,6 +55,7 @@ from support import (
     provision_file,
     wait_for,
 )
+from support.receiver import Receiver
 
 GLOBEX_AGENT_TOKEN = "wg_test_agent_token_globex_02"
 _CSRF = re.compile(r'name="csrf_token" value="([^"]+)"')

@@ -8,8 +8,8 @@ import asyncio
 import httpx
 import pytest
 
-from app_in_thread import gateway_in_this_loop, sql
-from support import ADMIN_TOKEN, Simulator
+from support.app_in_thread import gateway_in_this_loop, sql
+from support.harness import ADMIN_TOKEN, Simulator
 from wagate.accounts.service import ApiKeyNameTaken, ApiKeyNotFound, UserNotFound, create_api_key, revoke_key
 from wagate.audit.models import SYSTEM
 

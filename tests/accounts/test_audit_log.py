@@ -16,8 +16,8 @@ import httpx
 import pytest
 from cryptography.fernet import Fernet
 
-from app_in_thread import gateway_settings, running_gateway, sql
-from support import (
+from support.app_in_thread import gateway_settings, running_gateway, sql
+from support.harness import (
     ADMIN_TOKEN,
     AGENT_TOKEN,
     OTHER_TOKEN,

@@ -23,9 +23,8 @@ from cryptography.fernet import Fernet, InvalidToken
 from sqlalchemy import MetaData, NullPool, create_engine, select
 from standardwebhooks import Webhook
 
-from app_in_thread import running_gateway, sql
-from receiver import Received, Receiver
-from support import (
+from support.app_in_thread import running_gateway, sql
+from support.harness import (
     ADMIN_TOKEN,
     AGENT_TOKEN,
     MAIN,
@@ -38,6 +37,7 @@ from support import (
     provision_file,
     wait_for,
 )
+from support.receiver import Received, Receiver
 from wagate.core.db import Database
 from wagate.core.migrate import sync_url
 from wagate.core.security import SecretBox

@@ -17,10 +17,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-import gateway_process
-from gateway_process import GatewayProcess, Provisioned, free_port
-from support import post_login
+from support import gateway_process
+from support.gateway_process import GatewayProcess, Provisioned, free_port
+from support.harness import post_login
 from wagate.accounts.sign_in_limits import EMAIL_LIMIT, PAIR_LIMIT
+
+pytestmark = pytest.mark.alone  # measures a process's peak memory
 
 provisioned = gateway_process.provisioned
 

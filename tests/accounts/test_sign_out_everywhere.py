@@ -16,8 +16,8 @@ import httpx
 import pytest
 from cryptography.fernet import Fernet
 
-from app_in_thread import running_gateway
-from support import APP_SECRET, Gateway, Simulator, post_login, provision_file
+from support.app_in_thread import running_gateway
+from support.harness import APP_SECRET, Gateway, Simulator, post_login, provision_file
 
 WAGATE = [sys.executable, "-m", "wagate.ops.cli"]
 

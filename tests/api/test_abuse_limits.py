@@ -16,8 +16,8 @@ import httpx
 import orjson
 import pytest
 
-from app_in_thread import running_gateway
-from support import ADMIN_TOKEN, AGENT_TOKEN, Gateway, Simulator, new_number, signed_in
+from support.app_in_thread import running_gateway
+from support.harness import ADMIN_TOKEN, AGENT_TOKEN, Gateway, Simulator, new_number, signed_in
 
 OTP = {"name": "otp_code", "language": "en", "parameters": ["123456"]}
 

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from support import ADMIN_TOKEN, AGENT_TOKEN, OTHER_TOKEN, OUTSIDER_TOKEN, REVOKED_TOKEN, Gateway, new_number
+from support.harness import (
+    ADMIN_TOKEN,
+    AGENT_TOKEN,
+    OTHER_TOKEN,
+    OUTSIDER_TOKEN,
+    REVOKED_TOKEN,
+    Gateway,
+    new_number,
+)
 
 ENDPOINTS = [
     ("GET", "/whatsapp/channels"),

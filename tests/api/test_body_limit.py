@@ -16,8 +16,8 @@ from urllib.parse import urlsplit
 import orjson
 import pytest
 
-from app_in_thread import running_gateway
-from support import Gateway, Simulator, new_number
+from support.app_in_thread import running_gateway
+from support.harness import Gateway, Simulator, new_number
 from wagate.core.config import Settings
 
 MiB = 1024 * 1024

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from support import AGENT_TOKEN, OUTSIDER_TOKEN, Gateway
+from support.harness import AGENT_TOKEN, OUTSIDER_TOKEN, Gateway
 
 
 def test_channels_lists_only_member_inboxes(gateway: Gateway) -> None:

@@ -8,7 +8,7 @@ import httpx
 import pytest
 from cryptography.fernet import Fernet
 
-from support import ADMIN_TOKEN
+from support.harness import ADMIN_TOKEN
 from wagate.api.app import create_app
 from wagate.core.config import Settings
 from wagate.simulator.server import start_in_thread

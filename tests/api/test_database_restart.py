@@ -30,10 +30,10 @@ from typing import Any
 import httpx
 import pytest
 
-from app_in_thread import running_gateway, sql
-from gateway_process import GatewayProcess, WorkerProcess, free_port, provision, simulator_wiring
-from receiver import Receiver
-from support import ADMIN_TOKEN, Gateway, Simulator, new_number, wait_for
+from support.app_in_thread import running_gateway, sql
+from support.gateway_process import GatewayProcess, WorkerProcess, free_port, provision, simulator_wiring
+from support.harness import ADMIN_TOKEN, Gateway, Simulator, new_number, wait_for
+from support.receiver import Receiver
 
 pytestmark = pytest.mark.timeout(300)
 

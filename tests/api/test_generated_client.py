@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from support import ADMIN_TOKEN, Gateway, new_number
+from support.harness import ADMIN_TOKEN, Gateway, new_number
 
 GENERATOR = Path(__file__).resolve().parents[2] / ".venv-tools" / "bin" / "openapi-python-client"
 

@@ -14,7 +14,7 @@ import httpx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from support import ADMIN_TOKEN, Gateway, new_number
+from support.harness import ADMIN_TOKEN, Gateway, new_number
 
 SCALE = int(os.environ.get("WAGATE_FUZZ_EXAMPLES", "1"))
 # What an HTTP client can put in a header value: visible Latin-1, spaces and tabs (no line breaks).

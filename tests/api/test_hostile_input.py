@@ -13,8 +13,8 @@ from urllib.parse import quote
 
 import pytest
 
-from app_in_thread import running_gateway
-from support import MAIN, VERIFY_TOKEN, Gateway, Simulator, new_number, wait_for
+from support.app_in_thread import running_gateway
+from support.harness import MAIN, VERIFY_TOKEN, Gateway, Simulator, new_number, wait_for
 
 OTP = {"name": "otp_code", "language": "en", "parameters": ["123456"]}
 HUGE = 10**30  # beyond 64 bits

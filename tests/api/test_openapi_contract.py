@@ -20,7 +20,7 @@ import httpx
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from support import ADMIN_TOKEN, Gateway, new_number
+from support.harness import ADMIN_TOKEN, Gateway, new_number
 
 METHODS = ("get", "post", "put", "patch", "delete")
 # `WAGATE_FUZZ_EXAMPLES=20` makes the schemathesis run twenty times as long (docs/reliability.md).

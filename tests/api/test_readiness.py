@@ -8,8 +8,8 @@ import asyncio
 
 import httpx
 
-from app_in_thread import gateway_in_this_loop, sql
-from support import Gateway, Simulator
+from support.app_in_thread import gateway_in_this_loop, sql
+from support.harness import Gateway, Simulator
 from wagate.core.migrate import head_revision
 
 

@@ -11,9 +11,8 @@ import pytest
 from sqlalchemy import func, select
 from standardwebhooks import Webhook
 
-from app_in_thread import running_gateway
-from receiver import Receiver
-from support import (
+from support.app_in_thread import running_gateway
+from support.harness import (
     ADMIN_TOKEN,
     AGENT_TOKEN,
     OTHER_TOKEN,
@@ -24,6 +23,7 @@ from support import (
     provision_file,
     wait_for,
 )
+from support.receiver import Receiver
 from wagate.bulk.models import Batch, BatchRecipient
 from wagate.bulk.repository import purge_expired_batches
 from wagate.core.db import Database, utcnow

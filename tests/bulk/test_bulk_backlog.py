@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from app_in_thread import running_gateway
-from gateway_process import query
-from support import ADMIN_TOKEN, Gateway, Simulator, new_number, wait_for
+from support.app_in_thread import running_gateway
+from support.gateway_process import query
+from support.harness import ADMIN_TOKEN, Gateway, Simulator, new_number, wait_for
 
 OTP = {"name": "otp_code", "language": "en", "parameters": ["123456"]}
 RATE = 80

@@ -23,8 +23,8 @@ from typing import Any
 import httpx
 import pytest
 
-import gateway_process as machinery
-from gateway_process import (
+import support.gateway_process as machinery
+from support.gateway_process import (
     DONE,
     GRACE_SECONDS,
     GatewayProcess,
@@ -36,7 +36,7 @@ from gateway_process import (
     register_channel,
     sim_sends,
 )
-from support import ADMIN_TOKEN, Simulator, new_number, provision_file, wait_for
+from support.harness import ADMIN_TOKEN, Simulator, new_number, provision_file, wait_for
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -2,7 +2,7 @@
 overtake it.
 
 The gateway runs as `wagate serve` in a process of its own (migrate, provision, serve, as in
-tests/gateway_process.py), and so does the simulator (`wagate simulator`), so the test process's GIL
+tests/support/gateway_process.py), and so does the simulator (`wagate simulator`), so the test process's GIL
 disturbs neither the gateway's timing nor the simulator's stamp of each send it accepts
 (`received_monotonic`); the status webhooks go back to the gateway as Meta's would. Each channel has
 a phone number id of its own. While a batch runs, the test polls the simulator for one number at a
@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway_process import (
+from support.gateway_process import (
     GatewayProcess,
     Provisioned,
     diagnostics,
@@ -39,9 +39,9 @@ from gateway_process import (
     simulator_process,
     simulator_wiring,
 )
-from support import ADMIN_TOKEN, Simulator, new_number, provision_file, wait_for
+from support.harness import ADMIN_TOKEN, Simulator, new_number, provision_file, wait_for
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.alone]  # measures rates in 1 s windows
 
 RATES = {"Paced40": 40, "Paced200": 200}  # channel name: messages_per_second
 BATCH_SECONDS = 4.5

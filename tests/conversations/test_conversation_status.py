@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app_in_thread import gateway_in_this_loop
-from support import ADMIN_TOKEN, AGENT_TOKEN, OTHER_TOKEN, OUTSIDER_TOKEN, Simulator
+from support.app_in_thread import gateway_in_this_loop
+from support.harness import ADMIN_TOKEN, AGENT_TOKEN, OTHER_TOKEN, OUTSIDER_TOKEN, Simulator
 from wagate.conversations.models import ConversationStatus
 from wagate.conversations.service import ConversationNotFound, change_conversation_status
 from wagate.core.errors import Forbidden

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from app_in_thread import running_gateway, sql
-from receiver import Receiver
-from support import MAIN, Gateway, Simulator, new_number, post_meta, wait_for, window
+from support.app_in_thread import running_gateway, sql
+from support.harness import MAIN, Gateway, Simulator, new_number, post_meta, wait_for, window
+from support.receiver import Receiver
 
 FIXTURES = Path(__file__).parents[1] / "whatsapp" / "fixtures"
 AGENT = "meta_business_agent"

@@ -8,8 +8,18 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from app_in_thread import sql
-from support import MAIN, Gateway, change, new_number, post_meta, sim_customer, wait_for, webhook, window
+from support.app_in_thread import sql
+from support.harness import (
+    MAIN,
+    Gateway,
+    change,
+    new_number,
+    post_meta,
+    sim_customer,
+    wait_for,
+    webhook,
+    window,
+)
 
 
 def inbound(gateway: Gateway, **body: Any) -> str:

@@ -17,7 +17,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 from test_dashboard_conversations import LIVE, sign_in
 
-from support import MAIN, SECOND, Gateway, marketing_preference, new_number, wait_for
+from support.harness import MAIN, SECOND, Gateway, marketing_preference, new_number, wait_for
 
 ONLY_IN_SECOND = "filler_030"  # paused in Main's WABA for these tests: only Second's list has it
 

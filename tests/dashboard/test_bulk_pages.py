@@ -10,7 +10,7 @@ from pathlib import Path
 from playwright.sync_api import Page, expect
 from test_dashboard_conversations import LIVE, sign_in
 
-from support import Gateway, new_number
+from support.harness import Gateway, new_number
 
 
 def test_a_pasted_csv_is_previewed_then_sent_and_completes_live(page: Page, gateway: Gateway) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from playwright.sync_api import Page, expect
 from test_dashboard_conversations import LIVE, sign_in
 
-from support import Gateway, new_number, signed_in, wait_for
+from support.harness import Gateway, new_number, signed_in, wait_for
 
 
 def test_agents_read_no_batch(page: Page, gateway: Gateway) -> None:

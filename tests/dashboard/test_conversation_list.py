@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from app_in_thread import running_gateway
-from receiver import Receiver
-from support import Gateway, Simulator, new_number, signed_in
+from support.app_in_thread import running_gateway
+from support.harness import Gateway, Simulator, new_number, signed_in
+from support.receiver import Receiver
 
 
 @pytest.fixture(scope="module")

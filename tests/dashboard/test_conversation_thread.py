@@ -15,7 +15,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 from test_dashboard_conversations import LIVE, _conversation_with, customer_writes, sign_in
 
-from support import MAIN, Gateway, new_number, wait_for
+from support.harness import MAIN, Gateway, new_number, wait_for
 
 MARKER = "window.__samePage = 'yes'"
 # WAGATE_SCREENSHOTS=dir keeps the pages' pictures at both widths (to look at, or for docs/).
@@ -82,7 +82,7 @@ def long_thread(gateway: Gateway) -> Iterator[tuple[str, int]]:
 
 
 def _inbound_texts(gateway: Gateway, conversation_id: int) -> list[str]:
-    from app_in_thread import sql
+    from support.app_in_thread import sql
 
     rows = sql(
         gateway.database_url,
@@ -163,7 +163,7 @@ def test_resolve_and_reopen_without_a_reload(page: Page, gateway: Gateway) -> No
 
 
 def _status(gateway: Gateway, conversation_id: int) -> str:
-    from app_in_thread import sql
+    from support.app_in_thread import sql
 
     [(status,)] = sql(
         gateway.database_url, "SELECT status FROM conversations WHERE id = :c", c=conversation_id
@@ -172,7 +172,7 @@ def _status(gateway: Gateway, conversation_id: int) -> str:
 
 
 def _last_outbound(gateway: Gateway, conversation_id: int) -> tuple[str, str | None] | None:
-    from app_in_thread import sql
+    from support.app_in_thread import sql
 
     rows = sql(
         gateway.database_url,

@@ -18,8 +18,8 @@ import pytest
 from playwright.sync_api import Locator, Page, expect
 from test_dashboard_conversations import LIVE, sign_in
 
-from support import Gateway, new_number, post_meta, signed_in, wait_for, webhook
-from support import change as meta_change
+from support.harness import Gateway, new_number, post_meta, signed_in, wait_for, webhook
+from support.harness import change as meta_change
 
 QUESTION = "Salam! Sifarişim #4411 hələ gəlməyib, cümə gününə qədər lazımdır. Kuryer nə vaxt gələcək?"
 

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 from playwright.sync_api import BrowserContext, Page, expect
 
-from support import MAIN, Gateway, new_number, wait_for
+from support.harness import MAIN, Gateway, new_number, wait_for
 
 LIVE = 5_000  # ms: the contract says within 2 s; the margin is for a loaded CI machine
 
@@ -181,7 +181,7 @@ def test_an_agent_reply_reaches_the_simulator_and_a_closed_window_offers_a_templ
 
 
 def _conversation_with(gateway: Gateway, number: str) -> int | None:
-    from app_in_thread import sql
+    from support.app_in_thread import sql
 
     rows = sql(
         gateway.database_url,

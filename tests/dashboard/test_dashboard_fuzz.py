@@ -25,7 +25,7 @@ from fastapi.routing import iter_route_contexts
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from support import MAIN, Gateway, new_number, post_login
+from support.harness import MAIN, Gateway, new_number, post_login
 from wagate.api.app import create_app
 from wagate.core.config import Settings
 

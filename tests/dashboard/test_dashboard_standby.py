@@ -12,7 +12,7 @@ from pathlib import Path
 
 from playwright.sync_api import Page, expect
 
-from support import MAIN, Gateway, new_number, wait_for
+from support.harness import MAIN, Gateway, new_number, wait_for
 
 LIVE = 5_000  # ms: the contract says within 2 s; the margin is for a loaded CI machine
 SIZES = {"desktop": (1280, 900), "phone": (390, 844)}

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import pytest
 from playwright.sync_api import ConsoleMessage, Page, expect
 
-from support import Gateway
+from support.harness import Gateway
 from wagate.dashboard.web import SECURITY_HEADERS
 
 SIZES = {"desktop": (1280, 900), "phone": (390, 844)}

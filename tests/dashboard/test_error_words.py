@@ -10,7 +10,7 @@ import re
 from playwright.sync_api import Page, expect
 from test_dashboard_conversations import sign_in
 
-from support import MAIN, Gateway, new_number, signed_in, wait_for
+from support.harness import MAIN, Gateway, new_number, signed_in, wait_for
 from wagate.core.errors import InvalidPhoneNumber, InvalidRequest
 from wagate.dashboard.views import FailureName, error_words, failure_name
 from wagate.simulator.magic import MAGIC_REENGAGEMENT

@@ -10,7 +10,7 @@ import re
 from playwright.sync_api import Page, expect
 from test_dashboard_conversations import sign_in
 
-from support import MAIN, Gateway, new_number, signed_in, wait_for
+from support.harness import MAIN, Gateway, new_number, signed_in, wait_for
 
 NOT_VALID = "address is not valid"
 # Each page with a filter form (GET), and the name of the button that submits it.

@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import Page, expect
 from test_dashboard_conversations import conversation_of, sign_in
 
-from support import Gateway, held_template_sends, new_number, wait_for
+from support.harness import Gateway, held_template_sends, new_number, wait_for
 
 ORDER = {"name": "order_update", "language": "en", "parameters": ["A-1", "shipped"]}
 HELD_WORDS = "Held by Meta for a quality check"

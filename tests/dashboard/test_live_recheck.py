@@ -27,8 +27,8 @@ import pytest
 from playwright.sync_api import Page, expect
 from sqlalchemy import NullPool, create_engine, update
 
-from app_in_thread import sql
-from support import Gateway, change, new_number, post_meta, signed_in, wait_for, webhook, window
+from support.app_in_thread import sql
+from support.harness import Gateway, change, new_number, post_meta, signed_in, wait_for, webhook, window
 from wagate.accounts.models import DashboardSession
 from wagate.accounts.service import sign_out_everywhere
 from wagate.core.db import Database, utcnow

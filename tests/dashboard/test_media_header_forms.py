@@ -9,7 +9,7 @@ import re
 from playwright.sync_api import Page, expect
 from test_dashboard_conversations import LIVE, sign_in
 
-from support import Gateway, new_number, wait_for
+from support.harness import Gateway, new_number, wait_for
 
 LINK = "https://93.184.215.14/invoices/1001.pdf"  # a public address literal: no DNS, nothing fetched
 

@@ -17,7 +17,7 @@ from playwright.sync_api import Page, expect
 from test_conversation_list import signed_in
 from test_dashboard_conversations import sign_in
 
-from support import MAIN, Gateway, new_number, wait_for
+from support.harness import MAIN, Gateway, new_number, wait_for
 from wagate.simulator.magic import MAGIC_UNDELIVERABLE
 
 OTP = {"name": "otp_code", "language": "en", "parameters": ["123456"]}

@@ -14,9 +14,9 @@ import pytest
 from playwright.sync_api import Browser, BrowserContext, Locator, Page, expect
 from test_dashboard_conversations import sign_in
 
-from app_in_thread import running_gateway
-from receiver import Receiver
-from support import Gateway, Simulator, new_number
+from support.app_in_thread import running_gateway
+from support.harness import Gateway, Simulator, new_number
+from support.receiver import Receiver
 from wagate.simulator.magic import MAGIC_UNDELIVERABLE
 
 PHONE = {"width": 390, "height": 844}

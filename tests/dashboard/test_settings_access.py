@@ -15,8 +15,8 @@ import httpx
 from playwright.sync_api import BrowserContext, Page, expect
 from test_sign_in import TOKEN, post_login
 
-from app_in_thread import sql
-from support import AGENT_TOKEN, OTHER_TOKEN, Gateway, new_number, wait_for
+from support.app_in_thread import sql
+from support.harness import AGENT_TOKEN, OTHER_TOKEN, Gateway, new_number, wait_for
 
 LIVE = 15_000  # ms: a sync is the dispatcher's next round (about a second) and one Graph API listing
 

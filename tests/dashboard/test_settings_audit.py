@@ -9,7 +9,7 @@ import re
 from playwright.sync_api import Page, expect
 from test_settings_access import sign_in
 
-from support import Gateway
+from support.harness import Gateway
 
 
 def test_an_administrator_reads_the_audit_log_and_filters_it(page: Page, gateway: Gateway) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 from playwright.sync_api import Page, expect
 from test_settings_access import sign_in
 
-from support import MAIN, Gateway, post_meta, wait_for
+from support.harness import MAIN, Gateway, post_meta, wait_for
 
 PAUSE = "Your WhatsApp message template has been paused for 3 hours because it had issues."
 # WAGATE_SCREENSHOTS=dir keeps the page's pictures at both widths (to look at, or for docs/).

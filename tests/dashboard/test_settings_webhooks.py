@@ -16,9 +16,9 @@ from cryptography.fernet import Fernet
 from playwright.sync_api import BrowserContext, Locator, Page, expect
 from standardwebhooks import Webhook as Verifier
 
-from app_in_thread import gateway_with_app, running_gateway
-from receiver import Receiver
-from support import Gateway, Simulator, new_number, signed_in, wait_for
+from support.app_in_thread import gateway_with_app, running_gateway
+from support.harness import Gateway, Simulator, new_number, signed_in, wait_for
+from support.receiver import Receiver
 
 PAGE = "/settings/integrations/webhooks"
 LIVE = 10_000  # ms: the page fetches a webhook's deliveries again every 3 s while one is awaited

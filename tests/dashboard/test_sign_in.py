@@ -7,8 +7,8 @@ import re
 
 import httpx
 
-from app_in_thread import sql
-from support import Gateway, post_login
+from support.app_in_thread import sql
+from support.harness import Gateway, post_login
 from wagate.core.security import (
     _verify_scrypt,  # noqa: F401 (the scheme the old hashes used exists)
     hash_password,

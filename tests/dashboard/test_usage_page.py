@@ -15,8 +15,8 @@ from playwright.sync_api import Page, expect
 from test_conversation_list import signed_in
 from test_dashboard_conversations import sign_in
 
-from app_in_thread import sql
-from support import ADMIN_TOKEN, AGENT_TOKEN, Gateway, new_number, wait_for
+from support.app_in_thread import sql
+from support.harness import ADMIN_TOKEN, AGENT_TOKEN, Gateway, new_number, wait_for
 
 SALE = {"name": "spring_sale", "language": "en", "parameters": ["20%", "20%", "spring"]}
 OTP = {"name": "otp_code", "language": "en", "parameters": ["123456"]}

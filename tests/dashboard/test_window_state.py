@@ -12,7 +12,7 @@ from playwright.sync_api import Page, expect
 from test_conversation_thread import MARKER, conversation, customer_at, same_page, screenshot
 from test_dashboard_conversations import conversation_of, sign_in
 
-from support import Gateway, new_number
+from support.harness import Gateway, new_number
 
 HOUR = 3600
 

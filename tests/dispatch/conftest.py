@@ -8,8 +8,8 @@ import pytest
 from sqlalchemy import create_engine, delete
 from sqlalchemy.orm import Session
 
-from app_in_thread import gateway_with_app
-from support import Gateway, Simulator
+from support.app_in_thread import gateway_with_app
+from support.harness import Gateway, Simulator
 from wagate.core.migrate import sync_url
 from wagate.outbox.models import JobKind, OutboxJob
 

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from app_in_thread import running_gateway, sql
-from support import MAIN, Gateway, Simulator, new_number, signed_in, wait_for
+from support.app_in_thread import running_gateway, sql
+from support.harness import MAIN, Gateway, Simulator, new_number, signed_in, wait_for
 
 
 @pytest.fixture(scope="module")

@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, insert, text
 
-from crash_matrix_engine import fresh_database
+from support.crash_matrix import fresh_database
 from wagate.core.db import utcnow
 from wagate.core.migrate import migrate, sync_url
-from wagate.dispatch.sends import _claim_sends_statement
+from wagate.dispatch.send_claims import _claim_sends_statement
 from wagate.outbox.models import JobKind, OutboxJob, Priority, outbox_row
 
 BACKLOG = 5000

@@ -15,9 +15,9 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from support import Gateway, new_number
+from support.harness import Gateway, new_number
 from wagate.core.db import utcnow
-from wagate.dispatch.sends import claim_sends
+from wagate.dispatch.send_claims import claim_sends
 from wagate.outbox.models import JobKind, JobState, OutboxJob, Priority, outbox_row
 
 

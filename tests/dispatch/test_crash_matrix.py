@@ -31,14 +31,20 @@ import pytest
 from sqlalchemy import create_engine
 from sqlalchemy.orm import Session
 
-import crash_matrix_engine as engine
-import gateway_process as machinery
-from gateway_process import GRACE_SECONDS, UPSTREAM_TIMEOUT_SECONDS, GatewayProcess, Provisioned, query
-from support import ADMIN_TOKEN, Simulator, new_number, wait_for
+import support.crash_matrix as engine
+import support.gateway_process as machinery
+from support.gateway_process import (
+    GRACE_SECONDS,
+    UPSTREAM_TIMEOUT_SECONDS,
+    GatewayProcess,
+    Provisioned,
+    query,
+)
+from support.harness import ADMIN_TOKEN, Simulator, new_number, wait_for
 from wagate.dispatch import jobs
 from wagate.outbox.models import JobKind
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.alone]  # measures SIGKILLs at moments, and settle times
 
 SPEC = engine.RunSpec(messages=300, batch=100, kills=4, settle_timeout=150.0)
 

@@ -25,9 +25,16 @@ from typing import Any
 import httpx
 import pytest
 
-import gateway_process as machinery
-from gateway_process import DONE, GRACE_SECONDS, GatewayProcess, Provisioned, diagnostics, outbox_sends
-from support import ADMIN_TOKEN, MAIN, Simulator, new_number, wait_for
+import support.gateway_process as machinery
+from support.gateway_process import (
+    DONE,
+    GRACE_SECONDS,
+    GatewayProcess,
+    Provisioned,
+    diagnostics,
+    outbox_sends,
+)
+from support.harness import ADMIN_TOKEN, MAIN, Simulator, new_number, wait_for
 
 pytestmark = pytest.mark.timeout(180)
 

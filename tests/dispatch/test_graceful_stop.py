@@ -18,10 +18,10 @@ import httpx
 import pytest
 from test_crash_recovery import SendLog, send_many, sim_entries
 
-import gateway_process as machinery
-from gateway_process import GatewayProcess, Provisioned, diagnostics, free_port, outbox_sends, query
-from receiver import Receiver
-from support import ADMIN_TOKEN, Simulator, new_number, wait_for
+import support.gateway_process as machinery
+from support.gateway_process import GatewayProcess, Provisioned, diagnostics, free_port, outbox_sends, query
+from support.harness import ADMIN_TOKEN, Simulator, new_number, wait_for
+from support.receiver import Receiver
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -10,7 +10,7 @@ import time
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from support import store_text_sends
+from support.harness import store_text_sends
 from wagate.core.db import Database, utcnow
 from wagate.core.migrate import migrate
 from wagate.dispatch import sends

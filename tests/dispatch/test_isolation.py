@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 from standardwebhooks import Webhook
 
-from gateway_process import query
-from receiver import Receiver
-from support import Gateway, Simulator, new_number, wait_for
+from support.gateway_process import query
+from support.harness import Gateway, Simulator, new_number, wait_for
+from support.receiver import Receiver
 
 OTP = {"name": "otp_code", "language": "en", "parameters": ["123456"]}
 

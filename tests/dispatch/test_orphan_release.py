@@ -1,4 +1,4 @@
-"""Which stored Meta webhooks hold an orphaned send back (sends.release_unconfirmed).
+"""Which stored Meta webhooks hold an orphaned send back (unsettled.release_unconfirmed).
 
 A send claimed by a worker that died is `in_flight` with its lease run out. Before it is sent again,
 the dispatcher waits for any stored webhook that may hold its status: Meta's statuses come within the
@@ -20,9 +20,9 @@ import pytest
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from support import Gateway, new_number
+from support.harness import Gateway, new_number
 from wagate.core.db import utcnow
-from wagate.dispatch.sends import release_unconfirmed
+from wagate.dispatch.unsettled import release_unconfirmed
 from wagate.outbox.models import JobKind, JobState, OutboxJob, Priority, outbox_row
 
 LEASE_RAN_OUT = timedelta(seconds=10)  # ago

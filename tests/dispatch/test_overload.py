@@ -21,8 +21,8 @@ from typing import Any
 import httpx
 import pytest
 
-import gateway_process as machinery
-from gateway_process import (
+import support.gateway_process as machinery
+from support.gateway_process import (
     GatewayProcess,
     Provisioned,
     diagnostics,
@@ -33,9 +33,9 @@ from gateway_process import (
     register_channel,
     sim_sends,
 )
-from support import ADMIN_TOKEN, Simulator, new_number, provision_file, wait_for
+from support.harness import ADMIN_TOKEN, Simulator, new_number, provision_file, wait_for
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.timeout(240), pytest.mark.alone]  # measures a channel at three times its rate
 
 RATE = 20  # the Flood channel's messages per second
 # Singles come in at three times the rate for 6 s, each waking the lane: the backlog grows for longer

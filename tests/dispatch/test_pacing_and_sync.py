@@ -8,8 +8,10 @@ from typing import Any
 
 import pytest
 
-from app_in_thread import running_gateway
-from support import Gateway, Simulator, new_number, provision_file, wait_for
+from support.app_in_thread import running_gateway
+from support.harness import Gateway, Simulator, new_number, provision_file, wait_for
+
+pytestmark = pytest.mark.alone  # measures pacing in 1 s windows
 
 PACED = {
     "phone_number_id": "106540352249999",

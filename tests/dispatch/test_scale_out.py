@@ -60,8 +60,8 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 
-from crash_matrix_engine import fresh_database
-from gateway_process import (
+from support.crash_matrix import fresh_database
+from support.gateway_process import (
     GRACE_SECONDS,
     GatewayProcess,
     WorkerProcess,
@@ -76,10 +76,10 @@ from gateway_process import (
     sim_sends,
     simulator_process,
 )
-from support import ADMIN_TOKEN, Simulator, new_number, provision_file, wait_for
+from support.harness import ADMIN_TOKEN, Simulator, new_number, provision_file, wait_for
 from wagate.outbox.ownership import LOCK_CLASS
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.alone]  # measures takeover time and rates
 
 RATES = {"Probe": 200, "Slow": 80, "Fast": 200}  # channel name: messages_per_second
 PROBE_RATE = 100  # single sends a second in the wake-up phase

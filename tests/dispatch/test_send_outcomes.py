@@ -7,7 +7,7 @@ import asyncio
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from support import store_text_sends
+from support.harness import store_text_sends
 from wagate.core.db import Database
 from wagate.core.migrate import migrate
 from wagate.dispatch import sends

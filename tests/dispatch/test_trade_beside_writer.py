@@ -26,8 +26,8 @@ import httpx
 import psycopg
 import pytest
 
-from crash_matrix_engine import fresh_database
-from gateway_process import (
+from support.crash_matrix import fresh_database
+from support.gateway_process import (
     GatewayProcess,
     WorkerProcess,
     free_port,
@@ -37,9 +37,12 @@ from gateway_process import (
     simulator_process,
     simulator_wiring,
 )
-from support import ADMIN_TOKEN, Simulator, new_number, provision_file, wait_for
+from support.harness import ADMIN_TOKEN, Simulator, new_number, provision_file, wait_for
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [
+    pytest.mark.timeout(180),
+    pytest.mark.alone,
+]  # measures an OTP within a second while a batch runs
 RATE = 40
 BATCH = RATE * 8
 OTP = {"name": "otp_code", "language": "en", "parameters": ["123456"]}

@@ -32,8 +32,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app_in_thread import running_gateway, sql
-from support import (
+from support.app_in_thread import running_gateway, sql
+from support.harness import (
     APP_SECRET,
     GLOBEX,
     MAIN,
@@ -57,7 +57,7 @@ from wagate.simulator.state import SimulatorConfig, max_in_window
 
 pytestmark = pytest.mark.timeout(300)
 
-# tests/app_in_thread.py runs the gateway with a 2 s upstream timeout and a 3 s grace for unconfirmed
+# tests/support/app_in_thread.py runs the gateway with a 2 s upstream timeout and a 3 s grace for unconfirmed
 # sends; a hang lasts longer than the timeout.
 HANG_SECONDS = 4.0
 UNCONFIRMED = "upstream_unconfirmed"

@@ -36,8 +36,8 @@ from typing import Any
 import httpx
 import pytest
 
-from crash_matrix_engine import fresh_database
-from gateway_process import (
+from support.crash_matrix import fresh_database
+from support.gateway_process import (
     GatewayProcess,
     ManagedProcess,
     WorkerProcess,
@@ -51,7 +51,9 @@ from gateway_process import (
     sim_sends,
     simulator_process,
 )
-from support import ADMIN_TOKEN, Simulator, new_number, provision_file, wait_for
+from support.harness import ADMIN_TOKEN, Simulator, new_number, provision_file, wait_for
+
+pytestmark = pytest.mark.alone  # measures the time to resume and the rate
 
 RATE = 20
 BATCH = 400

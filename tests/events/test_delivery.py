@@ -10,9 +10,18 @@ from typing import Any
 import pytest
 from standardwebhooks import Webhook
 
-from app_in_thread import running_gateway
-from receiver import Received, Receiver
-from support import ADMIN_TOKEN, AGENT_TOKEN, MAIN, OTHER_TOKEN, Gateway, Simulator, new_number, wait_for
+from support.app_in_thread import running_gateway
+from support.harness import (
+    ADMIN_TOKEN,
+    AGENT_TOKEN,
+    MAIN,
+    OTHER_TOKEN,
+    Gateway,
+    Simulator,
+    new_number,
+    wait_for,
+)
+from support.receiver import Received, Receiver
 from wagate.events.http import EventPoster
 
 OTP = {"name": "otp_code", "language": "en", "parameters": ["123456"]}

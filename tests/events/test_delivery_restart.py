@@ -9,9 +9,9 @@ import pytest
 from cryptography.fernet import Fernet
 from standardwebhooks import Webhook
 
-from app_in_thread import running_gateway
-from receiver import Receiver
-from support import Simulator, new_number, wait_for
+from support.app_in_thread import running_gateway
+from support.harness import Simulator, new_number, wait_for
+from support.receiver import Receiver
 
 SETTINGS = {"allow_private_urls": True, "event_retry_base_seconds": 1.0}
 

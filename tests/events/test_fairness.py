@@ -12,8 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from receiver import Receiver
-from support import ADMIN_TOKEN, OTHER_TOKEN, Gateway, new_number, wait_for
+from support.harness import ADMIN_TOKEN, OTHER_TOKEN, Gateway, new_number, wait_for
+from support.receiver import Receiver
 
 OTP = {"name": "otp_code", "language": "en", "parameters": ["123456"]}
 FLOOD = 400  # Acme's messages: each makes a message_created event at once

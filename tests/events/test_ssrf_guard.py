@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from support import Gateway, new_number
+from support.harness import Gateway, new_number
 from wagate.events import http as events_http
 from wagate.events.http import RESPONSE_EXCERPT, EventPoster, public_addresses
 from wagate.events.urls import forbidden_address

@@ -7,7 +7,7 @@ import base64
 
 import pytest
 
-from support import ADMIN_TOKEN, AGENT_TOKEN, OTHER_TOKEN, Gateway
+from support.harness import ADMIN_TOKEN, AGENT_TOKEN, OTHER_TOKEN, Gateway
 from wagate.core.errors import InvalidUrl
 from wagate.events.urls import check_url, forbidden_address
 

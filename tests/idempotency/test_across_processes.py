@@ -18,10 +18,10 @@ from typing import Any
 import httpx
 import pytest
 
-import gateway_process as machinery
-from app_in_thread import sql
-from gateway_process import GatewayProcess, Provisioned, free_port, sim_sends
-from support import ADMIN_TOKEN, MAIN, Simulator, new_number, wait_for
+import support.gateway_process as machinery
+from support.app_in_thread import sql
+from support.gateway_process import GatewayProcess, Provisioned, free_port, sim_sends
+from support.harness import ADMIN_TOKEN, MAIN, Simulator, new_number, wait_for
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from fastapi import FastAPI
 
-from app_in_thread import gateway_with_app, sql
-from support import Gateway, Simulator, new_number
+from support.app_in_thread import gateway_with_app, sql
+from support.harness import Gateway, Simulator, new_number
 from wagate.core.db import Database
 
 

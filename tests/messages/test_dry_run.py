@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from app_in_thread import sql
-from support import MAIN, Gateway, marketing_preference, new_number, wait_for
+from support.app_in_thread import sql
+from support.harness import MAIN, Gateway, marketing_preference, new_number, wait_for
 
 OTP = {"name": "otp_code", "language": "en", "parameters": ["482913"]}
 SALE = {"name": "spring_sale", "language": "en", "parameters": ["20%", "20%", "spring"]}

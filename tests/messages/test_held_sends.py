@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from app_in_thread import sql
-from support import Gateway, held_template_sends, new_number, wait_for
+from support.app_in_thread import sql
+from support.harness import Gateway, held_template_sends, new_number, wait_for
 
 ORDER = {"name": "order_update", "language": "en", "parameters": ["A-1", "shipped"]}
 HELD = "held_for_quality_assessment"

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from app_in_thread import running_gateway
-from support import Gateway, Simulator, new_number, wait_for
+from support.app_in_thread import running_gateway
+from support.harness import Gateway, Simulator, new_number, wait_for
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,8 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import event
 
-from app_in_thread import gateway_with_app
-from support import (
+from support.app_in_thread import gateway_with_app
+from support.harness import (
     AGENT_TOKEN,
     MAIN,
     OTHER_TOKEN,

@@ -14,8 +14,8 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import NullPool, create_engine, update
 
-from app_in_thread import gateway_with_app, sql
-from support import APP_SECRET, MAIN, Gateway, Simulator, new_number, wait_for
+from support.app_in_thread import gateway_with_app, sql
+from support.harness import APP_SECRET, MAIN, Gateway, Simulator, new_number, wait_for
 from wagate.core.db import utcnow
 from wagate.core.migrate import sync_url
 from wagate.messages.models import ParkedStatus

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from support import MAIN, Gateway, change, new_number, post_meta, wait_for, webhook
+from support.harness import MAIN, Gateway, change, new_number, post_meta, wait_for, webhook
 
 ORDER = {"name": "order_update", "language": "en", "parameters": ["A-1", "shipped"]}
 SESSION_COST = {"amount": "0.036", "currency": "AZN", "category": "SESSION"}

@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 from cryptography.fernet import Fernet
 
-from app_in_thread import running_gateway
-from support import MAIN, Gateway, Simulator, new_number, wait_for
+from support.app_in_thread import running_gateway
+from support.harness import MAIN, Gateway, Simulator, new_number, wait_for
 
 ORDER = {"name": "order_update", "language": "en", "parameters": ["A-1", "shipped"]}
 RATES = {"AUTHENTICATION": "0.036", "UTILITY": "0.036", "MARKETING": "0.165"}

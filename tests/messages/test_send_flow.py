@@ -7,8 +7,8 @@ from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from app_in_thread import sql
-from support import MAIN, Gateway, marketing_preference, new_number, wait_for, writes_held
+from support.app_in_thread import sql
+from support.harness import MAIN, Gateway, marketing_preference, new_number, wait_for, writes_held
 
 OTP = {"name": "otp_code", "language": "en", "parameters": ["654321"]}
 
@@ -200,7 +200,7 @@ def test_a_repeat_gets_its_first_answer_though_the_send_would_now_be_refused(gat
 
 
 def test_idempotency_keys_are_scoped_to_the_api_key(gateway: Gateway) -> None:
-    from support import AGENT_TOKEN
+    from support.harness import AGENT_TOKEN
 
     body = {"phone_number": new_number(), "template": OTP}
     first = gateway.send(body, **{"Idempotency-Key": "shared-key"})
@@ -238,7 +238,7 @@ def test_concurrent_repeats_of_one_idempotency_key_send_once(gateway: Gateway) -
 
 
 def test_single_sends_that_arrive_together_are_each_stored_and_sent_once(gateway: Gateway) -> None:
-    """Single sends that share a commit are stored with shared statements (wagate.core.db.Mergeable): each
+    """Single sends that share a commit are stored with shared statements (wagate.core.units.Mergeable): each
     request still gets its own message, to its own number (two to one number included), each goes
     out once, and a keyed one among them is remembered under its key."""
     numbers = [new_number() for _ in range(23)]

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from support import Gateway, new_number
+from support.harness import Gateway, new_number
 
 OTP = {"name": "otp_code", "language": "en", "parameters": ["123456"]}
 JSON = {"Content-Type": "application/json"}

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from support import Gateway, new_number
+from support.harness import Gateway, new_number
 
 OTP = {"name": "otp_code", "language": "en", "parameters": ["123456"]}
 

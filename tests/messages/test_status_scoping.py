@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
-from support import APP_SECRET, GLOBEX, MAIN, SECOND, Gateway, new_number, wait_for
+from support.harness import APP_SECRET, GLOBEX, MAIN, SECOND, Gateway, new_number, wait_for
 from wagate.simulator.magic import MAGIC_SLOW
 from wagate.whatsapp.signature import sign
 

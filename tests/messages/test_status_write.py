@@ -1,4 +1,4 @@
-"""The statuses' one-statement write (messages/meta_updates.py `_write_statuses`) on a real database.
+"""The statuses' one-statement write (messages/meta_statuses.py `_write_statuses`) on a real database.
 
 Applying statuses reads messages as plain records (`MessageRecord`), not ORM objects, and writes
 only the columns applying a status may change, so a change to any other column would be lost
@@ -15,10 +15,11 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from support import store_text_sends
-from wagate.core.db import Database, table_of
+from support.harness import store_text_sends
+from wagate.core.db import Database
 from wagate.core.migrate import migrate
-from wagate.messages.meta_updates import _write_statuses
+from wagate.core.tables import table_of
+from wagate.messages.meta_statuses import _write_statuses
 from wagate.messages.models import MESSAGE_COLUMNS, Message, MessageRecord, MessageStatus
 from wagate.messages.schemas import message_view
 

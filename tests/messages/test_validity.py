@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from cryptography.fernet import Fernet
 
-from app_in_thread import gateway_with_app, running_gateway
-from receiver import Receiver
-from support import Gateway, Simulator, new_number, wait_for
+from support.app_in_thread import gateway_with_app, running_gateway
+from support.harness import Gateway, Simulator, new_number, wait_for
+from support.receiver import Receiver
 
 # One key for every gateway of the module: they share the module's database (each test starts its
 # own, so no other gateway's dispatcher sends what a test means to keep waiting).

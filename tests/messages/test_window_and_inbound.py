@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from support import MAIN, Gateway, new_number, wait_for
+from support.harness import MAIN, Gateway, new_number, wait_for
 
 OTP = {"name": "otp_code", "language": "en", "parameters": ["111222"]}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gateway_process import max_in_window as most_in_window
+from support.gateway_process import max_in_window as most_in_window
 from wagate.outbox.limiter import SlidingWindowLimiter
 
 

@@ -10,7 +10,7 @@ import pytest
 from sim_harness import PHONE_NUMBER_ID, Harness
 
 from wagate.simulator.state import SESSIONS_CHARGED_FROM
-from wagate.whatsapp.payloads import authentication_components, template_message, text_message
+from wagate.whatsapp.outbound import authentication_components, template_message, text_message
 
 TO = "994501234567"
 ORDER = [{"type": "body", "parameters": [{"type": "text", "text": v} for v in ("A-1", "shipped")]}]

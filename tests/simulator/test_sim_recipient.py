@@ -9,7 +9,7 @@ from sim_harness import PHONE_NUMBER_ID, Harness
 from sim_helpers import TO, send, set_customer, status_values, user_id_of, wamid_of
 
 from wagate.simulator import MAGIC_UNDELIVERABLE
-from wagate.whatsapp.payloads import authentication_components, template_message
+from wagate.whatsapp.outbound import authentication_components, template_message
 
 STRANGER = "AZ.13491208655302741918"
 

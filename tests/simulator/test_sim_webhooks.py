@@ -12,13 +12,9 @@ from wagate.simulator import (
     run_in_thread,
 )
 from wagate.simulator.server import bind_socket
-from wagate.whatsapp.payloads import (
-    StatusKind,
-    authentication_components,
-    parse_webhook,
-    template_message,
-    text_message,
-)
+from wagate.whatsapp.outbound import authentication_components, template_message, text_message
+from wagate.whatsapp.payloads import StatusKind
+from wagate.whatsapp.webhook_body import parse_webhook
 
 TO = "994501234567"
 

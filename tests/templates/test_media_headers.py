@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from app_in_thread import sql
-from support import Gateway, new_number, sim_customer, wait_for
+from support.app_in_thread import sql
+from support.harness import Gateway, new_number, sim_customer, wait_for
 
 # A public address literal: the guard needs no DNS for it, and nothing is ever fetched from it.
 PUBLIC_FILE = "https://93.184.215.14/invoices/1001.pdf"

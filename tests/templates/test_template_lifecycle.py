@@ -18,9 +18,8 @@ import httpx
 import pytest
 from standardwebhooks import Webhook
 
-from app_in_thread import running_gateway, sql
-from receiver import Receiver
-from support import (
+from support.app_in_thread import running_gateway, sql
+from support.harness import (
     ADMIN_TOKEN,
     APP_SECRET,
     GLOBEX,
@@ -34,8 +33,9 @@ from support import (
     signed_in,
     wait_for,
 )
+from support.receiver import Receiver
+from wagate.events.example_events import example_event_body
 from wagate.events.models import EventKind
-from wagate.events.service import example_event_body
 from wagate.simulator.app import create_simulator_app
 from wagate.simulator.server import start_in_thread
 from wagate.simulator.state import SimulatorConfig

@@ -22,8 +22,8 @@ from typing import Any
 import httpx
 import pytest
 
-from app_in_thread import running_gateway, sql
-from support import (
+from support.app_in_thread import running_gateway, sql
+from support.harness import (
     AGENT_TOKEN,
     MAIN,
     OTHER_TOKEN,
@@ -278,7 +278,7 @@ def test_the_default_period_is_the_last_30_days_up_to_today(gateway: Gateway, tr
 def set_created_at(gateway: Gateway, message_id: str, at: datetime) -> None:
     """Move a message in time, as if it had been sent then (UTC)."""
     if gateway.database_url.startswith("sqlite"):
-        # As wagate.core.db.UTCDateTime stores it on SQLite: naive UTC text with microseconds.
+        # As wagate.core.tables.UTCDateTime stores it on SQLite: naive UTC text with microseconds.
         stored = at.astimezone(UTC).replace(tzinfo=None).isoformat(sep=" ", timespec="microseconds")
         sql(
             gateway.database_url,

@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from wagate.dispatch.sends import UNCONFIRMED_ERROR
+from wagate.dispatch.unsettled import UNCONFIRMED_ERROR
 from wagate.whatsapp.errors import (
     ERROR_CLASSES,
     AuthError,

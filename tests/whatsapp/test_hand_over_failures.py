@@ -21,10 +21,10 @@ import psycopg
 import pytest
 from test_receiver import post_signed, sent_message, status, status_webhook
 
-import gateway_process as machinery
-from app_in_thread import sql
-from gateway_process import GatewayProcess, Provisioned
-from support import Gateway, Simulator, wait_for
+import support.gateway_process as machinery
+from support.app_in_thread import sql
+from support.gateway_process import GatewayProcess, Provisioned
+from support.harness import Gateway, Simulator, wait_for
 from wagate.whatsapp.receiver import HANDED_OVER_SECONDS
 
 pytestmark = pytest.mark.timeout(120)

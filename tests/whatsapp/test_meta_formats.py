@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from app_in_thread import sql
-from support import (
+from support.app_in_thread import sql
+from support.harness import (
     MAIN,
     Gateway,
     change,

@@ -10,8 +10,8 @@ import orjson
 import psycopg
 import pytest
 
-from app_in_thread import sql
-from support import APP_SECRET, MAIN, VERIFY_TOKEN, Gateway, new_number, wait_for, writes_held
+from support.app_in_thread import sql
+from support.harness import APP_SECRET, MAIN, VERIFY_TOKEN, Gateway, new_number, wait_for, writes_held
 from wagate.whatsapp.receiver import HANDED_OVER_SECONDS
 from wagate.whatsapp.signature import sign
 
@@ -92,7 +92,7 @@ def sent_message(gateway: Gateway) -> tuple[str, str, str]:
 
 
 def test_statuses_posted_together_are_each_stored_and_applied(gateway: Gateway) -> None:
-    """Bodies that come in together are stored in one statement (wagate.core.db.Mergeable): each is
+    """Bodies that come in together are stored in one statement (wagate.core.units.Mergeable): each is
     acknowledged, and each is applied."""
     gateway.sim.configure(auto_statuses=False)
     try:

@@ -32,8 +32,8 @@ from pywa.types.message import Message
 from pywa.types.message_status import MessageStatus, MessageStatusType, PricingCategory, PricingModel
 from pywa.types.user_preferences import MarketingPreference, UserMarketingPreferences, UserPreferenceCategory
 
-from app_in_thread import sql
-from support import APP_SECRET, MAIN, Gateway, new_number, wait_for
+from support.app_in_thread import sql
+from support.harness import APP_SECRET, MAIN, Gateway, new_number, wait_for
 from wagate.whatsapp.signature import sign
 
 SALE = {"name": "spring_sale", "language": "en", "parameters": ["20%", "20%", "spring"]}

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from wagate.whatsapp.payloads import parse_webhook
 from wagate.whatsapp.standby import Holder
+from wagate.whatsapp.webhook_body import parse_webhook
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CUSTOMER = ("994501234567", "AZ.13491208655302741918")

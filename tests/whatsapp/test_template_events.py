@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from wagate.whatsapp.payloads import TemplateRecord, parse_webhook
+from wagate.whatsapp.outbound import TemplateRecord
 from wagate.whatsapp.template_events import (
     QualityScore,
     TemplateCategoryChange,
@@ -17,6 +17,7 @@ from wagate.whatsapp.template_events import (
     TemplateRef,
     TemplateStatusChange,
 )
+from wagate.whatsapp.webhook_body import parse_webhook
 
 FIXTURES = Path(__file__).parent / "fixtures"
 WABA = "102290129340398"

@@ -19,10 +19,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app_in_thread import sql
-from support import APP_SECRET, MAIN, SECOND, Gateway, new_number, post_meta, wait_for
-from wagate.whatsapp.payloads import MalformedWebhook, parse_webhook
+from support.app_in_thread import sql
+from support.harness import APP_SECRET, MAIN, SECOND, Gateway, new_number, post_meta, wait_for
+from wagate.whatsapp.payloads import MalformedWebhook
 from wagate.whatsapp.signature import sign
+from wagate.whatsapp.webhook_body import parse_webhook
 
 SCALE = int(os.environ.get("WAGATE_FUZZ_EXAMPLES", "1"))
 

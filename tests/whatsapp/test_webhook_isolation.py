@@ -21,11 +21,11 @@ import pytest
 from cryptography.fernet import Fernet
 from sqlalchemy import create_engine, func, select
 
-from app_in_thread import gateway_settings, running_gateway
-from support import APP_SECRET, MAIN, Gateway, Simulator, new_number, wait_for
+from support.app_in_thread import gateway_settings, running_gateway
+from support.harness import APP_SECRET, MAIN, Gateway, Simulator, new_number, wait_for
 from wagate.api.app import create_app
 from wagate.core.migrate import sync_url
-from wagate.dispatch import jobs
+from wagate.dispatch import jobs, webhook_jobs
 from wagate.outbox.models import JobKind, OutboxJob
 from wagate.outbox.retry import RetryPolicy
 from wagate.simulator.magic import MAGIC_SERVER_ERROR
@@ -192,7 +192,7 @@ def test_a_body_that_cannot_be_applied_holds_up_nothing_and_is_buried(
         wait_for(lambda: window_open(gateway, other_customer), timeout=5, what="the other customer's message")
         # The poison is tried alone a few times, a second apart here, then buried.
         letter = buried(database_url, poison)
-        assert letter["kind"] == "meta_webhook" and letter["attempts"] == jobs.WEBHOOK_ATTEMPTS
+        assert letter["kind"] == "meta_webhook" and letter["attempts"] == webhook_jobs.WEBHOOK_ATTEMPTS
         assert letter["reference"] and letter["created_at"].endswith("Z")
         # Which constraint, not the values that broke it (a message's data stays out of errors).
         assert "upstream_message_id" in letter["error"]
@@ -230,6 +230,6 @@ def test_a_body_that_fails_on_receipt_is_stored_and_buried_and_holds_up_nothing(
         post_signed(gateway.url, status_body(wamid, "read", to))
         gateway.wait_status(message_id, "read", timeout=5)
         letter = buried(database_url, poison)
-        assert letter["kind"] == "meta_webhook" and letter["attempts"] == jobs.WEBHOOK_ATTEMPTS
+        assert letter["kind"] == "meta_webhook" and letter["attempts"] == webhook_jobs.WEBHOOK_ATTEMPTS
         assert stored_webhooks(database_url) == 0
         assert gateway.message(stranded)["upstream_message_id"] is None

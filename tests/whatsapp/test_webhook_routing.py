@@ -24,11 +24,12 @@ from sqlalchemy import create_engine, select
 from sqlalchemy.orm import Session
 from test_receiver import post_signed, status, status_webhook
 
-from app_in_thread import gateway_with_app, sql
-from support import MAIN, Gateway, Simulator
+from support.app_in_thread import gateway_with_app, sql
+from support.harness import MAIN, Gateway, Simulator
 from wagate.core.db import utcnow
 from wagate.core.migrate import migrate, sync_url
-from wagate.dispatch.jobs import WEBHOOK_LEASE_SECONDS, claim_jobs, take_over_webhooks
+from wagate.dispatch.jobs import WEBHOOK_LEASE_SECONDS, claim_jobs
+from wagate.dispatch.webhook_jobs import take_over_webhooks
 from wagate.outbox.models import JobKind, OutboxJob, Priority, outbox_row
 
 ME = "host:1"

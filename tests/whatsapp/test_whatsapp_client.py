@@ -44,7 +44,7 @@ from wagate.whatsapp.errors import (
     UpstreamError,
     is_retryable,
 )
-from wagate.whatsapp.payloads import (
+from wagate.whatsapp.outbound import (
     SendResult,
     authentication_components,
     body_component,

@@ -7,19 +7,18 @@ from typing import Any
 
 import pytest
 
-from wagate.whatsapp.payloads import (
-    MalformedWebhook,
+from wagate.whatsapp.outbound import (
     SendResult,
-    StatusKind,
     TemplateRecord,
     authentication_components,
     body_component,
-    parse_webhook,
     template_message,
     text_message,
     text_parameter,
     url_button_component,
 )
+from wagate.whatsapp.payloads import MalformedWebhook, StatusKind
+from wagate.whatsapp.webhook_body import parse_webhook
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -23,7 +23,7 @@ from wagate.accounts.sign_in_limits import AttemptKeys, count_attempt, take_back
 from wagate.api.deps import Gateway
 from wagate.audit.models import AuditAction
 from wagate.channels.models import Channel, ChannelMember
-from wagate.core.db import Database, detached, utcnow
+from wagate.core.db import Database, utcnow
 from wagate.core.errors import Conflict, InvalidRequest, NotFound, RateLimited, Unauthorized
 from wagate.core.security import (
     hash_api_token,
@@ -32,6 +32,7 @@ from wagate.core.security import (
     password_needs_rehash,
     verify_password,
 )
+from wagate.core.units import detached
 
 # Enough of the token to tell keys apart on a settings page; far too little to guess the rest.
 TOKEN_PREFIX_LENGTH = 12

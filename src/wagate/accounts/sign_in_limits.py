@@ -30,7 +30,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from wagate.accounts.models import SignInCounter
-from wagate.core.db import UTCDateTime, dialect_name, table_of
+from wagate.core.db import dialect_name
+from wagate.core.tables import UTCDateTime, table_of
 
 WINDOW = timedelta(minutes=15)
 PAIR_LIMIT = 5

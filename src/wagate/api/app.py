@@ -18,32 +18,26 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from wagate.api.api_docs import install_api_docs
 from wagate.api.deps import Gateway
-from wagate.api.health import HealthChecks, OpsListener
+from wagate.api.health import HealthChecks
+from wagate.api.process import GatewayProcess
 from wagate.audit.endpoints import router as audit_router
 from wagate.bulk.endpoints import router as bulk_router
 from wagate.channels.endpoints import router as channels_router
 from wagate.core.config import Settings, get_settings
-from wagate.core.db import Database
 from wagate.core.errors import MethodNotAllowed, NotFound, NotReady, WagateError, invalid_fields, invalid_json
-from wagate.core.live import LiveHub
-from wagate.core.security import secret_box_for
 from wagate.dashboard import install_dashboard
-from wagate.dispatch.dispatcher import Dispatcher
 from wagate.events.endpoints import router as events_router
 from wagate.http.limits import WEBHOOK_PATH, BodyRefused, KeyRateLimiter, RequestGuard
 from wagate.http.openapi import operation_id
 from wagate.http.responses import FastJSONResponse as JSONResponse
-from wagate.http.serving import settle_heap
 from wagate.idempotency.service import InFlightKeys
 from wagate.messages.endpoints import SEND_PATH, send_message, send_message_fast
 from wagate.messages.endpoints import router as messages_router
 from wagate.observability.logs import RequestLog
 from wagate.observability.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from wagate.observability.metrics import Metrics
-from wagate.runtime.lookups import Lookups
 from wagate.templates.endpoints import router as templates_router
 from wagate.usage.endpoints import router as usage_api
-from wagate.whatsapp.client import CloudApiClient
 from wagate.whatsapp.receiver import ReceiverDeps
 from wagate.whatsapp.receiver import receive as receive_webhook
 from wagate.whatsapp.receiver import routes as whatsapp_webhook_routes
@@ -165,20 +159,21 @@ def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        db = Database(settings.database_url)
-        client = CloudApiClient(settings.graph_api_url, timeout=settings.upstream_timeout_seconds)
-        secret_box = secret_box_for(settings)
-        lookups = Lookups(db)
-        live = LiveHub(db)
-        dispatcher = Dispatcher(
-            db=db, settings=settings, client=client, secret_box=secret_box, lookups=lookups, metrics=metrics
-        )
-        checks = HealthChecks(db, metrics, dispatcher, dispatcher_runs=run_dispatcher)
-        app.state.health = checks
+        process = GatewayProcess.build(settings, metrics, dispatcher_runs=run_dispatcher)
+        db, dispatcher, lookups = process.db, process.dispatcher, process.lookups
+        app.state.health = process.checks
         # The two typed values handlers get (wagate.api.deps.get_gateway, whatsapp.receiver._deps).
         key_rates = KeyRateLimiter(settings.api_key_requests_per_second, settings.api_key_burst)
         app.state.gateway = Gateway(
-            db, settings, secret_box, client, lookups, dispatcher, InFlightKeys(), live, key_rates
+            db,
+            settings,
+            process.secret_box,
+            process.client,
+            lookups,
+            dispatcher,
+            InFlightKeys(),
+            process.live,
+            key_rates,
         )
         app.state.receiver = ReceiverDeps(
             db,
@@ -196,25 +191,12 @@ def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True)
             dispatcher.hand_over_room,
             lookups.channel_by_phone_number_id,
         )
-        await live.start()  # PostgreSQL: hear what other processes (workers, other APIs) commit
-        if run_dispatcher:
-            dispatcher.start()
-        listener = None
-        if settings.metrics_port:
-            listener = OpsListener(checks, settings)
-            await listener.start()
-        # What exists after start-up lives as long as the process: keep it out of the collector's
-        # full passes, which otherwise stall every request for tens of milliseconds now and then.
-        settle_heap()
         try:
+            # PostgreSQL: hear what other processes (workers, other APIs) commit, for the pages.
+            await process.start(dispatch=run_dispatcher, hear_live=True)
             yield
         finally:
-            if listener is not None:
-                await listener.stop()
-            await dispatcher.stop()
-            await live.stop()
-            await client.close()
-            await db.dispose()
+            await process.stop()
 
     telemetry = {} if settings.opentelemetry else {"tracing": False, "metrics": False, "logs": False}
     app = WagateApp(

@@ -10,7 +10,8 @@ from typing import Any
 from sqlalchemy import JSON, ForeignKey, Index, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from wagate.core.db import Base, BigIntId, UTCDateTime, utcnow
+from wagate.core.db import utcnow
+from wagate.core.tables import Base, BigIntId, UTCDateTime
 
 
 class Via(enum.StrEnum):

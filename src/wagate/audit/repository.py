@@ -10,7 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from wagate.audit.models import Actor, AuditEntry
-from wagate.core.db import table_of
+from wagate.core.tables import table_of
 
 _INSERT = insert(table_of(AuditEntry))
 

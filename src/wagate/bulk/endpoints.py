@@ -6,7 +6,7 @@ from fastapi import APIRouter, Body, Header, Request
 
 from wagate.api.deps import Administrator, GatewayDep
 from wagate.bulk import service
-from wagate.bulk.schemas import SendBulkRequest, SendBulkResponse, batch_view
+from wagate.bulk.schemas import SendBulkRequest, SendBulkResponse, accepted_batch_view, batch_view
 from wagate.http.openapi import BATCH_NOT_FOUND, CHANNEL_NOT_FOUND, errors
 from wagate.http.responses import FastJSONResponse as JSONResponse
 from wagate.idempotency.http import answer_once
@@ -72,8 +72,8 @@ async def send_bulk(
     idempotency_key: str | None = Header(None),
 ) -> JSONResponse:
     async def accept(idem: IdempotentRequest | None) -> JSONResponse:
-        response = await service.accept_batch(gateway, principal=principal, request=body, idem=idem)
-        return JSONResponse(response, status_code=202)
+        batch = await service.accept_batch(gateway, principal=principal, request=body, idem=idem)
+        return JSONResponse(accepted_batch_view(batch), status_code=202)
 
     return await answer_once(
         gateway.db, gateway.idempotency_in_flight, request.url.path, principal, body, idempotency_key, accept

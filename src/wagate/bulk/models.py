@@ -3,12 +3,12 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import Enum, ForeignKey, Index, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from wagate.core.db import Base, BigIntId, UTCDateTime, utcnow
+from wagate.core.db import utcnow
+from wagate.core.tables import Base, BigIntId, UTCDateTime
 from wagate.events.subscriptions import Subscriptions
 from wagate.messages.models import BoundTemplate, PreparedSend
 
@@ -64,17 +64,6 @@ class PreparedBatch:
     # (phone number, message id, rejection) in request order, duplicates dropped
     recipients: list[tuple[str, str | None, str | None]]
     subscriptions: Subscriptions
-
-    @property
-    def response(self) -> dict[str, Any]:
-        accepted = len(self.sends)
-        return {
-            "batch_id": self.batch_id,
-            "status": (BatchStatus.processing if accepted else BatchStatus.completed).value,
-            "total": len(self.recipients),
-            "accepted": accepted,
-            "rejected": len(self.recipients) - accepted,
-        }
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,8 @@ from sqlalchemy.orm import Session
 
 from wagate.bulk.completion import WAITING, publish_completed
 from wagate.bulk.models import Batch, BatchRecipient, BatchStatus, PreparedBatch
-from wagate.core.db import table_of, utcnow
+from wagate.core.db import utcnow
+from wagate.core.tables import table_of
 from wagate.messages.models import Message
 from wagate.messages.repository import store_sends
 from wagate.outbox.models import JobKind, OutboxJob, Priority

@@ -5,7 +5,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
 from wagate.bulk.completion import template_view
-from wagate.bulk.models import BatchReport
+from wagate.bulk.models import BatchReport, BatchStatus, PreparedBatch
 from wagate.core.db import isoformat
 from wagate.http.limits import BodyId, RequestBody
 from wagate.messages.schemas import VALIDITY_DESCRIPTION, StatusCallback, TemplateRef
@@ -60,6 +60,18 @@ class SendBulkResponse(BaseModel):
     total: int
     accepted: int
     rejected: int
+
+
+def accepted_batch_view(batch: PreparedBatch) -> dict[str, Any]:
+    """A bulk send's 202 body (API.md section 6)."""
+    accepted = len(batch.sends)
+    return {
+        "batch_id": batch.batch_id,
+        "status": (BatchStatus.processing if accepted else BatchStatus.completed).value,
+        "total": len(batch.recipients),
+        "accepted": accepted,
+        "rejected": len(batch.recipients) - accepted,
+    }
 
 
 def batch_view(report: BatchReport) -> dict[str, Any]:

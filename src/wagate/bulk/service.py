@@ -24,9 +24,9 @@ from wagate.accounts.auth import Principal
 from wagate.api.deps import Gateway
 from wagate.bulk import repository
 from wagate.bulk.models import Batch, BatchRecipient, BatchReport, PreparedBatch, RecipientState
-from wagate.bulk.schemas import MAX_RECIPIENTS, BulkRecipient, SendBulkRequest
+from wagate.bulk.schemas import MAX_RECIPIENTS, BulkRecipient, SendBulkRequest, accepted_batch_view
 from wagate.channels.service import channel_for_member, member_channels
-from wagate.conversations.repository import marketing_stopped, open_windows
+from wagate.conversations.repository.customer_lookups import marketing_stopped, open_windows
 from wagate.conversations.service import WINDOW
 from wagate.core.config import Settings
 from wagate.core.db import utcnow
@@ -45,8 +45,9 @@ from wagate.core.prices import PriceEntry
 from wagate.core.security import SecretBox
 from wagate.idempotency.service import AlreadyAnswered, IdempotentRequest, answered_before, remember_accepted
 from wagate.messages.models import BoundTemplate, MessageStatus, PreparedSend
+from wagate.messages.outbound import build_send
 from wagate.messages.schemas import TemplateRef
-from wagate.messages.service import build_send, check_media_link, checked_callback
+from wagate.messages.service import check_media_link, checked_callback
 from wagate.observability.logs import note_request
 from wagate.outbox.models import Priority
 from wagate.runtime.lookups import Lookups
@@ -273,10 +274,11 @@ async def accept_batch(
     request: SendBulkRequest,
     idem: IdempotentRequest | None,
     expected_sends: int | None = None,
-) -> dict[str, Any]:
+) -> PreparedBatch:
     """Accept a bulk send (API.md section 6): every check, then the batch, its recipients and every
     message with its send job in one transaction, then the channel's lane. The API and the dashboard
-    both send batches through this. Returns the 202 body, remembered with `idem` in that transaction.
+    both send batches through this. Its 202 body (`schemas.accepted_batch_view`) is remembered with
+    `idem` in that transaction.
 
     `expected_sends`: the number of messages a preview showed; when the checks now give another
     (a customer stopped marketing messages, the template was paused), 409 and nothing is stored."""
@@ -301,7 +303,11 @@ async def accept_batch(
             return repeat
         repository.store_batch(session, batch, notify_others=not dispatcher.owns(batch.channel_id))
         remember_accepted(
-            session, idem, 202, batch.response, ttl_seconds=gateway.settings.idempotency_ttl_seconds
+            session,
+            idem,
+            202,
+            accepted_batch_view(batch),
+            ttl_seconds=gateway.settings.idempotency_ttl_seconds,
         )
         return None
 
@@ -310,7 +316,7 @@ async def accept_batch(
         raise repeat  # nothing stored
     dispatcher.wake(batch.channel_id)
     dispatcher.wake_events()
-    return batch.response
+    return batch
 
 
 async def read_batch(

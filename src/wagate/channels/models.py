@@ -5,7 +5,8 @@ from datetime import datetime
 from sqlalchemy import ForeignKey, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from wagate.core.db import Base, UTCDateTime, utcnow
+from wagate.core.db import utcnow
+from wagate.core.tables import Base, UTCDateTime
 
 
 class Channel(Base):

@@ -30,9 +30,14 @@ from wagate.conversations.models import (
     Contact,
     CustomerId,
 )
-from wagate.conversations.repository import contacts_of_numbers, insert_customer_id, insert_customer_ids
+from wagate.conversations.repository.writes import (
+    contacts_of_numbers,
+    insert_customer_id,
+    insert_customer_ids,
+)
 from wagate.conversations.search import contact_key
-from wagate.core.db import dialect_name, for_each_value, table_of, utcnow
+from wagate.core.db import dialect_name, utcnow
+from wagate.core.tables import for_each_value, table_of
 from wagate.whatsapp.payloads import CustomerRef
 
 

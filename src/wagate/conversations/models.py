@@ -1,13 +1,15 @@
 from __future__ import annotations
 
 import enum
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from sqlalchemy import Boolean, Enum, ForeignKey, Index, Integer, String, UniqueConstraint, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from wagate.conversations.search import CONTACT_KEY_LENGTH
-from wagate.core.db import Base, UTCDateTime, utcnow
+from wagate.core.db import utcnow
+from wagate.core.tables import Base, UTCDateTime
 
 CONTACT_NAME_LENGTH = 200
 # Meta's business-scoped user ids: a country code, a dot, alphanumerics (API.md section 13).
@@ -121,7 +123,7 @@ class Conversation(Base):
     last_activity_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     # The last message, kept here where messages are written so that the list is one query a page
-    # (conversations/repository.py, `LastMessage`): its preview, folded for search, who wrote it
+    # (conversations/repository/last_message.py, `LastMessage`): its preview, folded for search, who wrote it
     # (`customer`, `agent`, `api`, `template`, `meta_business_agent`), the template's name, the agent.
     last_message_text: Mapped[str | None] = mapped_column(String(LAST_MESSAGE_LENGTH), nullable=True)
     last_message_key: Mapped[str | None] = mapped_column(String(LAST_MESSAGE_KEY_LENGTH), nullable=True)
@@ -129,5 +131,49 @@ class Conversation(Base):
     last_message_author: Mapped[str | None] = mapped_column(String(TEMPLATE_NAME_LENGTH), nullable=True)
     last_message_agent_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # Since when the customer waits for an answer: their first message after the last reply to them
-    # (Meta's time); empty once answered. What ends waiting: `ENDS_WAITING` in repository.py.
+    # (Meta's time); empty once answered. What ends waiting: `ENDS_WAITING` in repository/last_message.py.
     waiting_since: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+# The window's warnings: amber under 4 hours left, red under 1 (issue 46).
+WINDOW_CLOSING_SECONDS = 4 * 3600
+WINDOW_URGENT_SECONDS = 3600
+
+
+@dataclass(frozen=True)
+class Window:
+    last_customer_message_at: datetime | None
+    expires_at: datetime | None
+    now: datetime
+
+    @property
+    def open(self) -> bool:
+        return self.expires_at is not None and self.expires_at > self.now
+
+    @property
+    def seconds_remaining(self) -> int:
+        if not self.open or self.expires_at is None:
+            return 0
+        return int((self.expires_at - self.now).total_seconds())
+
+    @property
+    def state(self) -> str:
+        """ "open", "closing" (under 4 hours left: a reply should go now) or "closed" (templates
+        only), as the dashboard marks it (`data-window`, API.md section 12)."""
+        if not self.open:
+            return "closed"
+        return "closing" if self.seconds_remaining < WINDOW_CLOSING_SECONDS else "open"
+
+    @property
+    def urgent(self) -> bool:
+        """Under an hour left: the last chance to answer without a template."""
+        return self.open and self.seconds_remaining < WINDOW_URGENT_SECONDS
+
+    @property
+    def closing_at(self) -> datetime | None:
+        """When the state turns "closing": a page counting down on its own changes at these times."""
+        return self.expires_at - timedelta(seconds=WINDOW_CLOSING_SECONDS) if self.expires_at else None
+
+    @property
+    def urgent_at(self) -> datetime | None:
+        return self.expires_at - timedelta(seconds=WINDOW_URGENT_SECONDS) if self.expires_at else None

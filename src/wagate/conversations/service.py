@@ -11,19 +11,20 @@ from sqlalchemy.orm import Session
 from wagate.accounts.auth import Principal
 from wagate.api.deps import Gateway
 from wagate.channels.service import channel_for_member, member_channels
-from wagate.conversations.models import Contact, Conversation, ConversationStatus
-from wagate.conversations.repository import (
+from wagate.conversations.models import Contact, Conversation, ConversationStatus, Window
+from wagate.conversations.repository.conversation_list import (
     NEEDS_REPLY,
     ConversationRow,
     conversation_row,
     count_conversations,
+    list_conversations,
+)
+from wagate.conversations.repository.customer_lookups import (
     find_contact_conversation,
     find_conversation,
     find_customer,
-    first_user_id,
-    list_conversations,
-    set_status,
 )
+from wagate.conversations.repository.writes import first_user_id, set_status
 from wagate.conversations.search import QUERY_LENGTH
 from wagate.core.db import utcnow
 from wagate.core.errors import NotFound
@@ -37,50 +38,6 @@ WINDOW = timedelta(hours=24)
 class ConversationNotFound(NotFound):
     code = "conversation_not_found"
     message = "No conversation with this id exists in the account."
-
-
-# The window's warnings: amber under 4 hours left, red under 1 (issue 46).
-WINDOW_CLOSING_SECONDS = 4 * 3600
-WINDOW_URGENT_SECONDS = 3600
-
-
-@dataclass(frozen=True)
-class Window:
-    last_customer_message_at: datetime | None
-    expires_at: datetime | None
-    now: datetime
-
-    @property
-    def open(self) -> bool:
-        return self.expires_at is not None and self.expires_at > self.now
-
-    @property
-    def seconds_remaining(self) -> int:
-        if not self.open or self.expires_at is None:
-            return 0
-        return int((self.expires_at - self.now).total_seconds())
-
-    @property
-    def state(self) -> str:
-        """ "open", "closing" (under 4 hours left: a reply should go now) or "closed" (templates
-        only), as the dashboard marks it (`data-window`, API.md section 12)."""
-        if not self.open:
-            return "closed"
-        return "closing" if self.seconds_remaining < WINDOW_CLOSING_SECONDS else "open"
-
-    @property
-    def urgent(self) -> bool:
-        """Under an hour left: the last chance to answer without a template."""
-        return self.open and self.seconds_remaining < WINDOW_URGENT_SECONDS
-
-    @property
-    def closing_at(self) -> datetime | None:
-        """When the state turns "closing": a page counting down on its own changes at these times."""
-        return self.expires_at - timedelta(seconds=WINDOW_CLOSING_SECONDS) if self.expires_at else None
-
-    @property
-    def urgent_at(self) -> datetime | None:
-        return self.expires_at - timedelta(seconds=WINDOW_URGENT_SECONDS) if self.expires_at else None
 
 
 def window_of(last_customer_message_at: datetime | None) -> Window:

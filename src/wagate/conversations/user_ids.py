@@ -22,7 +22,8 @@ from wagate.conversations.models import (
     CustomerId,
     MarketingPreference,
 )
-from wagate.conversations.repository import LAST_MESSAGE_COLUMNS, insert_customer_id
+from wagate.conversations.repository.last_message import LAST_MESSAGE_COLUMNS
+from wagate.conversations.repository.writes import insert_customer_id
 from wagate.conversations.search import contact_key
 from wagate.messages.models import Message
 

@@ -23,6 +23,9 @@ commits. Units are synchronous so that the database decides how to run them chea
   its own: a send's claim then never waits behind a batch of Meta's statuses being applied (a
   worker's writer is busy with those most of the time under load; behind them, a channel's claims
   came late and it fell short of its rate after taking over a dead worker's channels).
+
+How a batch of units runs is wagate.core.units; the queue that groups them, wagate.core.group_commit;
+the models' Base and column types, wagate.core.tables.
 """
 
 from __future__ import annotations
@@ -33,63 +36,32 @@ import json
 import logging
 import os
 import time
-from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager, suppress
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, TypeVar
 
 import orjson
 from psycopg import _queries
-from sqlalchemy import (
-    JSON,
-    BigInteger,
-    Connection,
-    DateTime,
-    Engine,
-    Insert,
-    Integer,
-    MetaData,
-    Select,
-    Table,
-    bindparam,
-    create_engine,
-    event,
-    func,
-    insert,
-    literal_column,
-    select,
-    true,
-)
-from sqlalchemy.dialects import postgresql
-from sqlalchemy.engine import Dialect, make_url
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
-from sqlalchemy.orm import DeclarativeBase, Session
-from sqlalchemy.sql.elements import ColumnElement
-from sqlalchemy.sql.selectable import TableValuedAlias
-from sqlalchemy.types import TypeDecorator
+from sqlalchemy.orm import Session
+
+from wagate.core.group_commit import GroupCommitter
+from wagate.core.units import UnitOfWork, WriterSession
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 # SQLite's writer does not checkpoint inside its commits; the WAL is copied back at most this often.
 CHECKPOINT_SECONDS = 1.0
-# PostgreSQL: deadlock_detected and serialization_failure; the transaction did nothing, run it again.
-RETRYABLE_SQLSTATES = frozenset({"40P01", "40001"})
-RETRY_ATTEMPTS = 3
-# PostgreSQL's writer splits what waits into two batches above this many units (`_GroupCommitter`):
+# PostgreSQL's writer splits what waits into two batches above this many units (`GroupCommitter`):
 # at 64 connections batches of 32 accepted about 9 % more sends a second than one of every
 # request in flight; 16 and 48 did worse (docs/decisions/0002-postgresql-writer.md). SQLite's writer
 # spends its own CPU on a batch rather than waiting, so splitting only adds commits there.
 POSTGRESQL_SPLIT_ABOVE = 32
-UnitOfWork = Callable[[Session], T]
-# A list in a write session's `info` of what its units leave for after the commit (wagate.core.live's
-# `record_live` appends to it). `run_units` takes out a unit's own when it is rolled back, and the
-# Database hands the rest of a committed batch to its commit listeners.
-COMMIT_NOTES = "wagate.commit_notes"
 CommitListener = Callable[[list[Any]], None]
 
 
@@ -136,93 +108,9 @@ ENGINE_OPTIONS: dict[str, Any] = {
     "hide_parameters": True,
 }
 
-# Constraint names fixed by convention so Alembic migrations are the same on SQLite and PostgreSQL.
-NAMING_CONVENTION = {
-    "ix": "ix_%(column_0_label)s",
-    "uq": "uq_%(table_name)s_%(column_0_name)s",
-    "ck": "ck_%(table_name)s_%(constraint_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-}
-
-
-class Base(DeclarativeBase):
-    metadata = MetaData(naming_convention=NAMING_CONVENTION)
-
-
-def table_of(model: type[Base]) -> Table:
-    """A model's table, for Core statements on hot paths (no ORM unit of work)."""
-    return cast(Table, model.__table__)
-
-
-def rows_from_json(table: Table, parameter: str) -> TableValuedAlias:
-    """PostgreSQL: rows of `table` given as one JSON array of objects keyed by column (the parameter
-    `parameter`; a missing key is NULL), as a table to insert from, numbered in their order
-    (`ordinality`). One parameter, written by orjson and read by PostgreSQL, both in C: an array per
-    column costs the driver a Python loop per value. And the statement's text is the same for any
-    number of rows, so PostgreSQL parses and plans it once."""
-    rows = func.json_populate_recordset(
-        literal_column(f"NULL::{table.name}"), bindparam(parameter, type_=JSON)
-    )
-    return rows.table_valued(*(column.name for column in table.c), with_ordinality="ordinality")
-
-
-def insert_from_json(table: Table, parameter: str) -> Insert:
-    """PostgreSQL: insert the rows given as JSON in the parameter `parameter` (`rows_from_json`), in
-    their order (so are the ids the database gives them); every column but the key is taken from the
-    rows."""
-    rows = rows_from_json(table, parameter)
-    columns = [column.name for column in table.c if not column.primary_key]
-    return insert(table).from_select(
-        columns, select(*(rows.c[name] for name in columns)).order_by(rows.c.ordinality)
-    )
-
-
-def for_each_value(
-    query: Select[*tuple[Any, ...]], column: ColumnElement[Any], parameter: str
-) -> Select[*tuple[Any, ...]]:
-    """PostgreSQL: `query`, which finds at most one row for one value of `column` (a unique index
-    holds it), run for each value of the array parameter `parameter`: one index lookup per value.
-
-    One parameter: the statement's text is the same for any number of values, so psycopg prepares it
-    once. And a lookup per value, whatever the table's statistics say: once prepared, a statement
-    runs on a generic plan, and for a table that grew since its statistics were taken (the customers
-    learned from the statuses of a first campaign) the planner believes it holds a row or two. It
-    then chose to read all of the account's rows and compare each one with every value: 9-14 ms for
-    an `IN` list, up to 86 ms for a semi-join on the array, instead of about 1, for 136 user ids
-    among 3,000 (docs/decisions/0003-status-webhooks.md)."""
-    values = func.unnest(bindparam(parameter, type_=postgresql.ARRAY(column.type)))
-    wanted = values.table_valued("value").render_derived()
-    found = query.where(column == wanted.c.value).limit(1).lateral()
-    return select(found).select_from(wanted).join(found, true())
-
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-# SQLite only auto-increments a column declared exactly INTEGER PRIMARY KEY.
-BigIntId = BigInteger().with_variant(Integer(), "sqlite")
-
-
-class UTCDateTime(TypeDecorator[datetime]):
-    """A timestamp that is always timezone-aware UTC in Python, whatever the database keeps."""
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError("naive datetime given to a UTC column")
-        value = value.astimezone(UTC)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 def dialect_name(session: AsyncSession | Session) -> str:
@@ -283,236 +171,6 @@ def _configure_sqlite(engine: AsyncEngine | Engine, *, begin: str, autocheckpoin
         connection.exec_driver_sql(begin)
 
 
-@dataclass
-class _PendingUnit:
-    unit: UnitOfWork[Any]
-    future: asyncio.Future[Any]
-
-
-def detached(session: Session, instance: T) -> T:
-    """`instance` written and taken out of the session, so a unit can return it: the batch expires
-    every object still in the session after each unit, and an expired object cannot be read once
-    its session is closed."""
-    session.flush()
-    session.expunge(instance)
-    return instance
-
-
-def _run_alone(session: Session, unit: UnitOfWork[T]) -> T:
-    """One unit, as if it had the session to itself: what it changed through the ORM is written
-    before the next unit runs (Core statements do not autoflush), and what it loaded is not handed
-    stale to the next one."""
-    result = unit(session)
-    session.flush()
-    session.expire_all()
-    return result
-
-
-@dataclass(frozen=True)
-class Mergeable(Generic[T]):
-    """A unit of work that a batch runs together with the others of its key: `run_many(session,
-    items)` stores all their items at once and returns one result for each, in order. Alone (a batch
-    of one, or the retry of a batch that failed, a savepoint per unit) it runs with its item only."""
-
-    key: Hashable
-    item: Any
-    run_many: Callable[[Session, list[Any]], list[T]]
-
-    def __call__(self, session: Session) -> T:
-        return self.run_many(session, [self.item])[0]
-
-
-def _bound(run_many: Callable[[Session, list[Any]], list[T]], items: list[Any]) -> UnitOfWork[list[T]]:
-    return lambda session: run_many(session, items)
-
-
-def _run_merged(session: Session, units: list[UnitOfWork[Any]]) -> list[Any]:
-    """Each unit's result; the `Mergeable` ones of one key and kind run as one, where the first of
-    them stands in the batch."""
-    groups: dict[tuple[Any, Hashable], list[int]] = {}
-    for index, unit in enumerate(units):
-        if isinstance(unit, Mergeable):
-            groups.setdefault((unit.run_many, unit.key), []).append(index)
-    results: list[Any] = [None] * len(units)
-    for index, unit in enumerate(units):
-        if not isinstance(unit, Mergeable):
-            results[index] = _run_alone(session, unit)
-            continue
-        group = groups[(unit.run_many, unit.key)]
-        if group[0] != index:
-            continue  # ran with the first of its group
-        items = [cast(Mergeable[Any], units[member]).item for member in group]
-        merged = _run_alone(session, _bound(unit.run_many, items))
-        for member, result in zip(group, merged, strict=True):
-            results[member] = result
-    return results
-
-
-def run_units(session: Session, units: list[UnitOfWork[Any]]) -> list[tuple[bool, Any]]:
-    """Run a batch of units in the session's transaction and commit once.
-
-    Optimistic: units rarely fail (every check ran before), so they first run without savepoints,
-    which cost a statement each, and the `Mergeable` ones merged. If one raises, the batch is rolled
-    back and run again with each unit alone in its own savepoint, so only the failing one is lost.
-    """
-    try:
-        results: list[tuple[bool, Any]] = [(True, result) for result in _run_merged(session, units)]
-        session.commit()
-        return results
-    except Exception:
-        session.rollback()
-        session.info.pop(COMMIT_NOTES, None)
-        if len(units) == 1:
-            raise
-    results = []
-    for unit in units:
-        notes: list[Any] | None = session.info.get(COMMIT_NOTES)
-        kept = len(notes) if notes else 0
-        try:
-            with session.begin_nested():
-                results.append((True, _run_alone(session, unit)))
-        except Exception as exc:  # the unit's own failure: only its savepoint rolls back
-            results.append((False, exc))
-            if notes := session.info.get(COMMIT_NOTES):
-                del notes[kept:]
-    session.commit()
-    return results
-
-
-class WriterSession:
-    """The session of one writer thread, kept from batch to batch on one connection.
-
-    A batch of one unit (a single send at a low rate, the dispatcher's result of one call) used to
-    open a Session, check a connection out of the pool, and give both back: a tenth of the writer's
-    CPU for such a batch (docs/performance.md, "A message alone"). Kept, the session only begins and
-    commits. It holds no objects between batches (`expunge_all`), and a batch whose
-    connection broke (or whose rollback failed) leaves it for a new one at the next batch. Only its
-    thread may use it.
-    """
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-        self._session: Session | None = None
-
-    def _open(self) -> Session:
-        if self._session is None:
-            self._session = Session(self.engine.connect(), expire_on_commit=False)
-        return self._session
-
-    def close(self) -> None:
-        session, self._session = self._session, None
-        if session is not None:
-            connection = session.bind
-            try:
-                session.close()
-            finally:
-                if isinstance(connection, Connection):
-                    connection.close()
-
-    def _after_failure(self, session: Session, exc: BaseException) -> None:
-        """Keep the session for the next batch only when its connection is sound and not in a
-        transaction (run_units rolled back what failed)."""
-        broken = isinstance(exc, DBAPIError) and exc.connection_invalidated
-        if not broken:
-            try:
-                session.rollback()
-                session.info.clear()
-                session.expunge_all()
-                return
-            except Exception:
-                log.debug("the writer's session could not roll back; a new one follows", exc_info=True)
-        self.close()
-
-    def run(self, units: list[UnitOfWork[Any]], notes: list[Any] | None = None) -> list[tuple[bool, Any]]:
-        """`run_units`, again when PostgreSQL rolled it all back to break a deadlock (with the large
-        units' connection) or a serialization conflict: nothing was stored. `notes`: receives the
-        committed units' notes (`COMMIT_NOTES`)."""
-        for attempt in range(1, RETRY_ATTEMPTS + 1):
-            session = self._open()
-            try:
-                results = run_units(session, units)
-            except DBAPIError as exc:
-                self._after_failure(session, exc)
-                if (
-                    attempt == RETRY_ATTEMPTS
-                    or getattr(exc.orig, "sqlstate", None) not in RETRYABLE_SQLSTATES
-                ):
-                    raise
-                log.warning("a write was rolled back by the server (%s); running it again", exc.orig)
-                continue
-            except BaseException as exc:
-                self._after_failure(session, exc)
-                raise
-            committed = session.info.pop(COMMIT_NOTES, None)
-            if notes is not None and committed:
-                notes += committed
-            session.expunge_all()
-            return results
-        raise AssertionError("unreachable")
-
-
-@dataclass
-class _GroupCommitter:
-    """Runs queued units of work in batches, one transaction and one commit per batch.
-
-    Units submitted `first` (the dispatcher's claims and results) go into the next batch ahead of
-    the others, so sending never queues behind a crowd of API writes.
-
-    `split_above`: when more units than this wait, a batch takes half of them (at least this many),
-    and the rest start the next batch as soon as it is done. The event loop then answers and reads
-    one half's requests while the other half's batch waits on the database, instead of idling through
-    one batch of every request in flight (docs/decisions/0002-postgresql-writer.md).
-    """
-
-    run_batch: Callable[[list[UnitOfWork[Any]]], Awaitable[list[tuple[bool, Any]]]]
-    max_batch: int = 256
-    split_above: int | None = None
-    urgent: deque[_PendingUnit] = field(default_factory=deque)
-    normal: deque[_PendingUnit] = field(default_factory=deque)
-    ready: asyncio.Event = field(default_factory=asyncio.Event)
-    task: asyncio.Task[None] | None = None
-
-    async def submit(self, unit: UnitOfWork[T], *, first: bool) -> T:
-        if self.task is None or self.task.done():
-            self.task = asyncio.create_task(self._run(), name="wagate-group-commit")
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        (self.urgent if first else self.normal).append(_PendingUnit(unit, future))
-        self.ready.set()
-        return await future
-
-    def _take_batch(self) -> list[_PendingUnit]:
-        batch: list[_PendingUnit] = []
-        size = self.max_batch
-        waiting = len(self.urgent) + len(self.normal)
-        if self.split_above is not None and waiting > self.split_above:
-            size = min(size, max(self.split_above, (waiting + 1) // 2))
-        for queue in (self.urgent, self.normal):
-            while queue and len(batch) < size:
-                batch.append(queue.popleft())
-        return batch
-
-    async def _run(self) -> None:
-        while True:
-            await self.ready.wait()
-            self.ready.clear()
-            while batch := self._take_batch():
-                try:
-                    results = await self.run_batch([p.unit for p in batch])
-                except Exception as exc:  # the commit itself failed: nothing of the batch is stored
-                    results = [(False, exc)] * len(batch)
-                for pending, (ok, value) in zip(batch, results, strict=True):
-                    if pending.future.done():
-                        continue
-                    if ok:
-                        pending.future.set_result(value)
-                    else:
-                        pending.future.set_exception(value)
-
-    def close(self) -> None:
-        if self.task is not None:
-            self.task.cancel()
-
-
 class Database:
     def __init__(self, url: str, *, pool_size: int = 20) -> None:
         self.url = url
@@ -541,18 +199,18 @@ class Database:
         # trip through the event loop. (SQLite connections belong to the thread that made them.)
         self._writer_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wagate-db-writer")
         self.sessionmaker = async_sessionmaker(self.engine, expire_on_commit=False)
-        self._committer = _GroupCommitter(
+        self._committer = GroupCommitter(
             self._run_batch, split_above=None if self.is_sqlite else POSTGRESQL_SPLIT_ABOVE
         )
         self._large_thread: ThreadPoolExecutor | None = None
-        self._large_committer: _GroupCommitter | None = None
+        self._large_committer: GroupCommitter | None = None
         self._claim_thread: ThreadPoolExecutor | None = None
-        self._claim_committer: _GroupCommitter | None = None
+        self._claim_committer: GroupCommitter | None = None
         if not self.is_sqlite:
             self._large_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wagate-db-large")
-            self._large_committer = _GroupCommitter(self._run_large_unit, max_batch=1)
+            self._large_committer = GroupCommitter(self._run_large_unit, max_batch=1)
             self._claim_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="wagate-db-claims")
-            self._claim_committer = _GroupCommitter(self._run_claims)
+            self._claim_committer = GroupCommitter(self._run_claims)
         # Each writer thread's session (see WriterSession), used on that thread only.
         self._writer_session = WriterSession(self.write_engine)
         self._large_session = WriterSession(self.write_engine)

@@ -2,7 +2,7 @@
 a conversation's status), told to the pages that show it once the transaction that made it commits.
 
 - A unit of work records changes with `record_live(session, changes)`, beside the events it writes.
-  They wait in the session's info (`wagate.core.db.COMMIT_NOTES`); the database gives the changes of the
+  They wait in the session's info (`wagate.core.units.COMMIT_NOTES`); the database gives the changes of the
   units that committed to its commit listeners, which `LiveHub` is; a unit rolled back (alone, in its
   savepoint, or with its whole batch) takes its changes with it.
 - The hub hands them to this process's subscribers (`LiveHub.subscribe`). On PostgreSQL it also tells
@@ -33,7 +33,8 @@ from typing import Any
 import psycopg
 from sqlalchemy.orm import Session
 
-from wagate.core.db import COMMIT_NOTES, Database
+from wagate.core.db import Database
+from wagate.core.units import COMMIT_NOTES
 
 log = logging.getLogger(__name__)
 CHANNEL = "wagate_live"

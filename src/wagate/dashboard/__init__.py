@@ -14,6 +14,7 @@ from wagate.core.errors import AdministratorRequired, InvalidRequest
 from wagate.dashboard import (
     bulk_pages,
     message_log,
+    message_log_csv,
     settings_access,
     settings_webhooks,
     usage_pages,
@@ -48,7 +49,7 @@ def install_dashboard(app: FastAPI) -> None:
     app.add_middleware(EmptyFiltersUnset)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.include_router(router)
-    for area in (settings_webhooks, settings_access, message_log, usage_pages, bulk_pages):
+    for area in (settings_webhooks, settings_access, message_log, message_log_csv, usage_pages, bulk_pages):
         app.include_router(area.router)
 
     @app.exception_handler(AdministratorRequired)

@@ -15,7 +15,7 @@ from sse_starlette import EventSourceResponse
 from wagate.accounts.service import SESSION_LIFETIME, SessionUser, sign_in, sign_out
 from wagate.api.deps import GatewayDep
 from wagate.conversations.models import ConversationStatus
-from wagate.conversations.repository import NEEDS_REPLY, ConversationRow
+from wagate.conversations.repository.conversation_list import NEEDS_REPLY, ConversationRow
 from wagate.conversations.service import (
     change_conversation_status,
     conversation_for,
@@ -25,6 +25,8 @@ from wagate.conversations.service import (
 from wagate.core.errors import InvalidRequest, WagateError
 from wagate.dashboard import views
 from wagate.dashboard.live_stream import live_events
+from wagate.dashboard.template_picker import form_parameters, reply_templates_for
+from wagate.dashboard.thread_messages import messages_of
 from wagate.dashboard.web import (
     LOGIN_CSRF_COOKIE,
     SESSION_COOKIE,
@@ -42,8 +44,9 @@ from wagate.dashboard.web import (
     set_cookie,
 )
 from wagate.http.limits import MAX_ID, parse_id
+from wagate.messages.queries import failed_reply
 from wagate.messages.schemas import SendMessageRequest
-from wagate.messages.service import accept_send, failed_reply
+from wagate.messages.service import accept_send
 
 router = APIRouter(include_in_schema=False)
 User = Annotated[SessionUser, Depends(current_user)]
@@ -182,8 +185,8 @@ async def _conversation_context(
         "conversation": views.ConversationItem(row),
         "window": window,
         "window_words": views.window_words(window),
-        "messages": await views.messages_of(gateway, row),
-        "templates": await views.reply_templates_for(
+        "messages": await messages_of(gateway, row),
+        "templates": await reply_templates_for(
             gateway, account_id=user.principal.account_id, channel_id=row.channel_id
         ),
     }
@@ -310,7 +313,7 @@ async def reply(
             values = {
                 key.removeprefix("var:"): value for key, value in form.items() if key.startswith("var:")
             }
-            parameters = views.form_parameters(values, list(values))
+            parameters = form_parameters(values, list(values))
             template = {"name": name, "language": language, "parameters": parameters}
         await _send_reply(gateway, user, row, text=form.get("text") or None, template=template)
     except WagateError as error:
@@ -331,7 +334,7 @@ async def retry_reply(
     try:
         row = await conversation_for(gateway, principal=user.principal, conversation_id=conversation_id)
         failed = await failed_reply(
-            gateway, principal=user.principal, conversation_id=conversation_id, message_id=message_id
+            gateway.db, principal=user.principal, conversation_id=conversation_id, message_id=message_id
         )
         await _send_reply(gateway, user, row, text=failed.text, template=failed.template)
     except WagateError as error:

@@ -2,7 +2,8 @@
 
 It runs inside `wagate serve` or alone as `wagate worker`. The API wakes it after each commit (and on
 PostgreSQL other processes' commits wake it by NOTIFY), so a send starts at once; a one-second poll is
-only the fallback, for rows that are due later.
+only the fallback, for rows that are due later. The rows of dead dispatchers and the sends left
+unconfirmed are released by its `Releases` (releases.py).
 """
 
 from __future__ import annotations
@@ -12,30 +13,29 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from functools import partial
 from typing import Any
 
-from sqlalchemy import select, text
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from wagate.core.config import Settings
 from wagate.core.db import Database, utcnow
-from wagate.core.live import API_SESSION_PREFIX
 from wagate.core.security import SecretBox
-from wagate.dispatch import jobs, sends
+from wagate.dispatch import jobs, webhook_jobs
 from wagate.dispatch.deps import LaneDeps
 from wagate.dispatch.event_lane import EventLane
+from wagate.dispatch.releases import Releases
 from wagate.dispatch.send_lane import ChannelLane
 from wagate.events.subscriptions import Subscriptions
 from wagate.messages.meta_updates import WebhooksApplied
 from wagate.observability.metrics import ChannelRate, Metrics
 from wagate.outbox.errors import describe_error
-from wagate.outbox.isolation import log_failure, write_isolating
+from wagate.outbox.isolation import log_failure
 from wagate.outbox.models import FastClaim, JobKind, JobState, OutboxJob
 from wagate.outbox.notify import listen_outbox
-from wagate.outbox.ownership import WORKER_ID, ownership_for, session_name
+from wagate.outbox.ownership import WORKER_ID, ownership_for
 from wagate.runtime.lookups import Lookups
 from wagate.whatsapp.client import CloudApiClient
 
@@ -43,10 +43,10 @@ log = logging.getLogger(__name__)
 
 POLL_SECONDS = 1.0
 # Bodies handed over and not yet applied, at most: two batches (see `Dispatcher.hand_over`).
-RECEIVED_MAX = 2 * jobs.WEBHOOK_BATCH
+RECEIVED_MAX = 2 * webhook_jobs.WEBHOOK_BATCH
 
 
-class Dispatcher:
+class Dispatcher(Releases):
     def __init__(
         self,
         *,
@@ -79,7 +79,7 @@ class Dispatcher:
         self._held_webhooks: list[jobs.ClaimedJob] = []
         # Bodies the receiver stored for this process's channels, applied without a claim (see
         # `hand_over`); `_claim_webhooks`: whether the next tick must claim stored bodies anyway.
-        self._received: deque[jobs.ReceivedBody] = deque()
+        self._received: deque[webhook_jobs.ReceivedBody] = deque()
         self._claim_webhooks = True
         self._task: asyncio.Task[None] | None = None
         self._listener: asyncio.Task[None] | None = None
@@ -113,9 +113,9 @@ class Dispatcher:
     def hand_over(self, job_id: int, channel_id: int | None, body: dict[str, Any]) -> None:
         """The receiver stored this body for one of this process's channels (committed), due for a
         claim only a few seconds on (`HANDED_OVER_SECONDS`): the next tick applies it as it is,
-        without claiming its row (`jobs.apply_received`). A claim that takes the row first applies
+        without claiming its row (`webhook_jobs.apply_received`). A claim that takes the row first applies
         it instead."""
-        self._received.append(jobs.ReceivedBody(job_id, channel_id, body))
+        self._received.append(webhook_jobs.ReceivedBody(job_id, channel_id, body))
         self._wake.set()
 
     def hand_over_room(self) -> bool:
@@ -139,7 +139,7 @@ class Dispatcher:
         subscriptions = await self.lookups.subscriptions()
         try:
             applied = await self.db.write(
-                jobs.apply_on_receipt(body, subscriptions, self.settings.price_list)
+                webhook_jobs.apply_on_receipt(body, subscriptions, self.settings.price_list)
             )
         except Exception as exc:
             log.warning(
@@ -250,34 +250,11 @@ class Dispatcher:
                     await self._run_periodic(job)
         return busy
 
-    async def _receiving_since(self, up_for: float | None = None) -> datetime | None:
-        """Since when Meta's status webhooks have been reaching the gateway, if for a whole grace
-        period at least (None otherwise): silence proves a send never reached Meta only if they could.
-
-        On SQLite they come to this process, so it must have listened that long itself (a restart after
-        a crash is deaf to what Meta retries meanwhile); on PostgreSQL the webhooks
-        come to the API processes, which may not be this one, so one of them must have been up as long
-        (its LISTEN session's start, in `pg_stat_activity`; the longest-running one, since Meta's
-        retries reach whichever answers). Without it, an API process down longer than a send's lease
-        while a worker runs would have the worker send again what Meta had (the crash matrix: 4 of 300,
-        serve killed with sends under way, back 5.3 s later). `up_for`: another period than the grace."""
-        grace = self.settings.unconfirmed_send_grace_seconds if up_for is None else up_for
-        if self.db.is_sqlite:  # one process: this one receives them
-            listened = time.monotonic() - self.started_at
-            return utcnow() - timedelta(seconds=listened) if listened >= grace else None
-        async with self.db.read() as session:
-            since: datetime | None = await session.scalar(
-                text(
-                    "SELECT min(backend_start) FROM pg_stat_activity WHERE application_name LIKE :prefix"
-                    " AND backend_start <= now() - make_interval(secs => :grace)"
-                ),
-                {"prefix": API_SESSION_PREFIX + "%", "grace": grace},
-            )
-        return since
-
     async def _apply_received(self, subscriptions: Subscriptions) -> bool:
         """Apply the bodies handed over (a batch at most); True when more wait."""
-        taken = [self._received.popleft() for _ in range(min(len(self._received), jobs.WEBHOOK_BATCH))]
+        taken = [
+            self._received.popleft() for _ in range(min(len(self._received), webhook_jobs.WEBHOOK_BATCH))
+        ]
         # A channel taken by another process since (its lock's connection lost) is its to apply: the
         # row stays for that process's claim.
         mine = [
@@ -285,7 +262,7 @@ class Dispatcher:
             for item in taken
             if self.ownership.sole or item.channel_id is None or item.channel_id in self.lanes
         ]
-        applied = await jobs.apply_received(self.db, mine, subscriptions, self.settings.price_list)
+        applied = await webhook_jobs.apply_received(self.db, mine, subscriptions, self.settings.price_list)
         if applied is None:
             self._claim_webhooks = True
             return True
@@ -294,7 +271,7 @@ class Dispatcher:
 
     async def _claim_and_apply(self, subscriptions: Subscriptions) -> bool:
         """Claim stored bodies and apply them; True when a full batch may have left some behind."""
-        batch = await jobs.run_webhook_batch(
+        batch = await webhook_jobs.run_webhook_batch(
             self.db,
             worker_id=self.worker_id,
             # Only the bodies of the channels this process sends for (and those of no one channel):
@@ -310,12 +287,12 @@ class Dispatcher:
         # Only a full batch may have left bodies behind. One stored meanwhile woke `_wake` (cleared
         # before this tick), so the next tick comes at once anyway; claiming again on the chance would
         # cost an empty claim, a transaction, after every body a low rate brings one at a time.
-        full = batch.taken >= jobs.WEBHOOK_BATCH and not batch.held
+        full = batch.taken >= webhook_jobs.WEBHOOK_BATCH and not batch.held
         if full or batch.held:  # (never cleared here: a body stored meanwhile asked for a claim too)
             self._claim_webhooks = True
         return full
 
-    def _count_applied(self, applied: jobs.WebhookBatch | WebhooksApplied) -> None:
+    def _count_applied(self, applied: webhook_jobs.WebhookBatch | WebhooksApplied) -> None:
         if applied.statuses:
             self.metrics.statuses_applied.inc(applied.statuses)
         if applied.events:
@@ -324,86 +301,6 @@ class Dispatcher:
             # Meta changed a template (paused, recategorised...): this process's sends see it at once,
             # other processes' when their cache's few seconds run out (wagate.core.cache).
             self.lookups.forget_templates()
-
-    async def _release_dead_owners(self) -> None:
-        """The rows of dispatchers known dead that need not wait out their leases: stored Meta
-        webhooks, event deliveries and reports at once (jobs.release_dead_owners); their single sends
-        in flight after a short wait for Meta's status, when Meta's webhooks reached a live API process
-        all along (sends.await_status_of_dead); their bulk sends keep their leases.
-        PostgreSQL: a dispatcher whose locks' session is gone (killed, its machine lost), looked for at
-        this process's start (every dispatcher may have died before it) and whenever a session
-        disappeared since the last look, one glance at `pg_stat_activity` a second between. SQLite: one
-        dispatcher runs, so rows stamped by another process at this one's start are a dead process's."""
-        if self.ownership.sole:
-            if self._live_sessions is not None:
-                return
-            live: set[str] | None = set()
-        else:
-            live = await self.ownership.live_sessions()
-        if live is None:
-            return
-        vanished = self._live_sessions is None or bool(self._live_sessions - live)
-        self._live_sessions = live
-        if not vanished:
-            return
-        now = utcnow()
-        async with self.db.read() as session:
-            owners = await session.run_sync(lambda s: jobs.claimed_by(s, now))
-        dead = {owner for owner in owners if owner != self.worker_id and session_name(owner) not in live}
-        if not dead:
-            return
-        # Only the sends stored while an API process that still runs was up: Meta's statuses of those
-        # reached a live receiver. For the others, Meta's retries of what it could not deliver may
-        # still come, silence proves nothing, and they wait out their leases.
-        receiving = None if self.ownership.sole else await self._receiving_since(up_for=0)
-        status_by = now + timedelta(
-            seconds=self.settings.upstream_timeout_seconds + sends.STATUS_FOLLOWS_SECONDS
-        )
-
-        def release(session: Session) -> tuple[int, int]:
-            released = jobs.release_dead_owners(session, dead, now=now)
-            if receiving is None:
-                return released, 0
-            singles = sends.await_status_of_dead(session, dead, stored_since=receiving, until=status_by)
-            return released, singles
-
-        released, singles = await self.db.write(release, first=True)
-        log.info(
-            "%d outbox rows and %d single sends of %d dead dispatchers released without their leases",
-            released,
-            singles,
-            len(dead),
-        )
-
-    async def _release_unconfirmed(self, subscriptions: Subscriptions, *, webhooks_before: datetime) -> None:
-        """Settle sends whose outcome stayed unknown too long (see sends.release_unconfirmed), except
-        those a lane of this process still holds, whatever their lease says; one that cannot be
-        settled is parked, not retried every second in front of the others."""
-        async with self.db.read() as session:
-            expired = await session.run_sync(lambda s: sends.expired_sends(s))
-        held = {job for lane in self.lanes.values() for job in lane.holding}
-        expired = [job for job in expired if job not in held]
-        if not expired:
-            return
-        receiving_since = await self._receiving_since(up_for=0)
-        if receiving_since is None:
-            return
-        # Meta's retries of what it could not deliver before then reach us within a grace period.
-        caught_up = receiving_since + timedelta(seconds=self.settings.unconfirmed_send_grace_seconds)
-
-        def release(session: Session, job_ids: Sequence[int]) -> int:
-            return sends.release_unconfirmed(
-                session,
-                job_ids,
-                subscriptions,
-                webhooks_before=webhooks_before,
-                receiving_since=receiving_since,
-                caught_up=caught_up,
-            )
-
-        events, _ = await write_isolating(self.db, expired, release, sends.park_release)
-        if sum(events):
-            self.wake_events()
 
     async def _claim(self, kind: JobKind) -> list[jobs.ClaimedJob]:
         def claim(session: Session) -> list[jobs.ClaimedJob]:
@@ -450,7 +347,8 @@ class Dispatcher:
         taken = held - set(self.lanes)
         if taken and not self.ownership.sole:
             await self.db.write(
-                partial(jobs.take_over_webhooks, channel_ids=taken, worker_id=self.worker_id), first=True
+                partial(webhook_jobs.take_over_webhooks, channel_ids=taken, worker_id=self.worker_id),
+                first=True,
             )
             self._claim_webhooks = True  # their bodies, from now on this process's to apply
         for channel_id in held:

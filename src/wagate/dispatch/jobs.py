@@ -1,32 +1,27 @@
-"""Background jobs: Meta webhook processing, template sync, purges. Each handler is a plain function."""
+"""Background jobs: the outbox's job rows (claimed, finished, failed, released; those of dead
+processes), and the periodic jobs (template sync, purges). Each handler is a plain function. Meta's
+stored webhooks, which are jobs too, are applied by dispatch/webhook_jobs.py."""
 
 from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import BindParameter, Integer, Update, bindparam, delete, select, update
+from sqlalchemy import BindParameter, Integer, Update, bindparam, select, update
 from sqlalchemy.orm import Session
 
 from wagate.accounts.sign_in_limits import purge_stale_counters
 from wagate.bulk.repository import purge_expired_batches
 from wagate.channels.models import Channel
-from wagate.core.db import Database, Mergeable, utcnow
+from wagate.core.db import Database, utcnow
 from wagate.core.security import SecretBox
-from wagate.dispatch.sends import settle_sends
 from wagate.events.deliveries import purge_finished
-from wagate.events.subscriptions import Subscriptions
 from wagate.idempotency.service import purge_expired as purge_idempotency_keys
-from wagate.messages.meta_updates import WebhooksApplied, process_webhook_bodies
 from wagate.messages.parked import PARKED_STATUS_MAX_AGE, purge_parked_statuses
-from wagate.messages.pricing import Prices
-from wagate.outbox.dead_letters import bury
-from wagate.outbox.errors import describe_error
-from wagate.outbox.isolation import write_isolating
 from wagate.outbox.models import (
     JobKind,
     JobState,
@@ -42,16 +37,10 @@ from wagate.whatsapp.client import CloudApiClient
 
 log = logging.getLogger(__name__)
 
-# Webhook bodies are applied many at a time: one query per batch, not per status.
-WEBHOOK_BATCH = 500
-# A body that failed alone this many times (its retries a second, then two, apart) goes to the dead
-# letters: what fails then is its content (a value no column takes, a wamid that is another message's),
-# not the moment. An outage of the database buries nothing (see outbox/isolation.py).
-WEBHOOK_ATTEMPTS = 3
 PURGE_INTERVAL = timedelta(hours=1)
 # How long a claim of stored Meta webhooks holds. Applying a batch takes well under a second; a body
 # claimed by a process that died waits this long (its statuses, and the resend or failure of an
-# orphaned send they would settle, wait with it: see sends.release_unconfirmed). Applied twice after a
+# orphaned send they would settle, wait with it: see unsettled.release_unconfirmed). Applied twice after a
 # stall longer than this, a body changes nothing: statuses only move forward, and a customer message
 # whose wamid is stored already is not stored again.
 WEBHOOK_LEASE_SECONDS = 30.0
@@ -154,23 +143,6 @@ def release_jobs(session: Session, job_ids: list[int]) -> None:
         )
 
 
-def take_over_webhooks(session: Session, channel_ids: Collection[int], worker_id: str) -> None:
-    """This process has just taken these channels: their webhook bodies claimed by another process
-    are due again now. That process no longer sends for the channels (it died, or lost its locks'
-    connection), so it will not apply them either, and they must not wait out their lease: an
-    orphaned send they would settle waits with them. Should it still apply one, nothing changes twice
-    (see WEBHOOK_LEASE_SECONDS)."""
-    session.execute(
-        update(OutboxJob)
-        .where(
-            OutboxJob.kind == JobKind.meta_webhook,
-            OutboxJob.channel_id.in_(sorted(channel_ids)),
-            OutboxJob.locked_by != worker_id,
-        )
-        .values(locked_by=None, locked_until=None)
-    )
-
-
 def claimed_by(session: Session, now: datetime) -> set[str]:
     """Every process that holds outbox rows under a lease that still runs (`locked_by`)."""
     owners = session.scalars(
@@ -187,7 +159,7 @@ def release_dead_owners(session: Session, dead: Collection[str], *, now: datetim
     (applied again, posted again with the same `webhook-id`: both allowed). Not its sends: one in
     flight at the kill may have reached Meta, whose status can come as late as the upstream timeout
     plus the grace period after the claim; sent again a grace period after the kill, the crash matrix
-    saw sends go twice (4 of 300, serve and worker killed). See sends.await_status_of_dead."""
+    saw sends go twice (4 of 300, serve and worker killed). See unsettled.await_status_of_dead."""
     result = session.execute(
         update(OutboxJob)
         .where(
@@ -199,174 +171,6 @@ def release_dead_owners(session: Session, dead: Collection[str], *, now: datetim
         .execution_options(synchronize_session=False)
     )
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
-
-
-def retry_or_bury(session: Session, job: ClaimedJob, error: str) -> None:
-    """A body that failed alone: tried again with backoff, or, once it has failed WEBHOOK_ATTEMPTS
-    times, moved to the dead letters in the transaction that takes it out of the outbox."""
-    if job.attempts < WEBHOOK_ATTEMPTS:
-        fail_jobs(session, [job], error)
-        return
-    log.error(
-        "stored Meta webhook %s failed %d times (%s): moved to the dead letters", job.id, job.attempts, error
-    )
-    bury(
-        session,
-        kind=JobKind.meta_webhook.value,
-        payload=job.payload,
-        error=error,
-        attempts=job.attempts,
-        reference=str(job.id),
-    )
-    finish_jobs(session, [job.id])
-
-
-@dataclass
-class WebhookBatch:
-    """What `run_webhook_batch` did: bodies taken, events caused, and the bodies it still holds."""
-
-    taken: int
-    events: int
-    statuses: int  # message statuses applied (the metrics' `wagate_status_webhooks_applied`)
-    # Claimed, not applied, and not given back because the database went away meanwhile: the caller
-    # hands them in again on its next try (they stay locked to this worker for the claim's lease).
-    held: list[ClaimedJob]
-    templates: int = 0  # templates a lifecycle webhook changed (see WebhooksApplied)
-
-
-async def run_webhook_batch(
-    db: Database,
-    *,
-    worker_id: str,
-    subscriptions: Subscriptions | None = None,
-    prices: Prices | None = None,
-    held: Sequence[ClaimedJob] = (),
-    channels: Collection[int] | None = None,
-) -> WebhookBatch:
-    """Claim and apply stored Meta webhooks (first those of `held`, still claimed from a try the
-    database went away during), and say how it went. `channels`: only the bodies of these channels
-    (and those of none).
-
-    The batch is one unit of work; only when it fails is it split, down to the bodies that fail alone
-    (about twenty units for one bad body among 500), so the others are applied now, not after its
-    retries. When the database goes away mid-way, the bodies are given back (due again at once);
-    if even that fails, they are returned in `held`: left claimed, they would wait out their lease
-    after the database came back."""
-
-    def claim(session: Session) -> list[ClaimedJob]:
-        return claim_jobs(
-            session, kind=JobKind.meta_webhook, limit=WEBHOOK_BATCH, worker_id=worker_id, channels=channels
-        )
-
-    jobs = list(held) or await db.write(claim)
-    if not jobs:
-        return WebhookBatch(0, 0, 0, [])
-
-    def apply(session: Session, some: Sequence[ClaimedJob]) -> WebhooksApplied:
-        applied = _apply_bodies(session, [job.payload for job in some], subscriptions, prices)
-        finish_jobs(session, [job.id for job in some])
-        return applied
-
-    # A large unit (see wagate.core.db): on PostgreSQL the batch commits on a connection of its own, so
-    # the receiver's stores (a 200 to Meta waits on each) do not queue behind its 30 ms.
-    results, unwritten = await write_isolating(db, jobs, apply, retry_or_bury, large=True)
-    events = sum(applied.events for applied in results)
-    statuses = sum(applied.statuses for applied in results)
-    templates = sum(applied.templates for applied in results)
-    if unwritten:  # the database went away: nothing is wrong with them, they come again at once
-        try:
-            await db.write(lambda session: release_jobs(session, [job.id for job in unwritten]))
-        except Exception as exc:  # still away: held here, applied first on the next try
-            log.warning("could not give back %d Meta webhooks: %s", len(unwritten), describe_error(exc))
-            return WebhookBatch(len(jobs), events, statuses, unwritten, templates)
-    return WebhookBatch(len(jobs), events, statuses, [], templates)
-
-
-@dataclass(frozen=True)
-class ReceivedBody:
-    """A Meta webhook body this process has just stored for one of its channels, kept to be applied
-    without a claim (see `apply_received`)."""
-
-    job_id: int
-    channel_id: int | None
-    body: dict[str, Any]
-
-
-# The rows of received bodies that no claim holds: a claim's lease (`locked_until`) marks the others.
-_DELETE_UNCLAIMED = (
-    delete(OutboxJob)
-    .where(
-        OutboxJob.id.in_(bindparam("job_ids", expanding=True)),
-        OutboxJob.locked_until.is_(None) | (OutboxJob.locked_until < bindparam("now")),
-    )
-    .returning(OutboxJob.id)
-)
-
-
-async def apply_received(
-    db: Database, received: Sequence[ReceivedBody], subscriptions: Subscriptions, prices: Prices | None
-) -> WebhooksApplied | None:
-    """Apply bodies this process stored a moment ago, without claiming them: the transaction that
-    applies them deletes their rows, those no claim has taken meanwhile, and applies only the bodies
-    of the rows it deleted (a claim that took the others applies them). The claim, a new version of
-    each row and its payload read back, was a third of PostgreSQL's work for a status
-    (docs/decisions/0003-status-webhooks.md).
-
-    None when the write failed: nothing of it is stored, every row is still there, and
-    `run_webhook_batch` claims them with its retries and dead letters, as any stored body."""
-    if not received:
-        return WebhooksApplied(0, [])
-
-    def apply(session: Session) -> WebhooksApplied:
-        job_ids = [item.job_id for item in received]
-        params = {"job_ids": job_ids, "now": utcnow()}
-        taken = set(session.connection().execute(_DELETE_UNCLAIMED, params).scalars())
-        bodies = [item.body for item in received if item.job_id in taken]
-        return _apply_bodies(session, bodies, subscriptions, prices)
-
-    try:
-        # A large unit, as a claimed batch is (see `run_webhook_batch`).
-        applied: WebhooksApplied = await db.write(apply, large=True)
-    except Exception as exc:
-        log.warning(
-            "%d Meta webhooks could not be applied as received; they are claimed instead: %s",
-            len(received),
-            describe_error(exc),
-        )
-        return None
-    return applied
-
-
-def _apply_bodies(
-    session: Session, bodies: list[dict[str, Any]], subscriptions: Subscriptions | None, prices: Prices | None
-) -> WebhooksApplied:
-    applied = process_webhook_bodies(session, bodies, subscriptions, prices=prices)
-    settle_sends(session, applied.settled)
-    return applied
-
-
-@dataclass(frozen=True)
-class _Received:
-    body: dict[str, Any]
-    subscriptions: Subscriptions
-    prices: Prices | None
-
-
-def _apply_received(session: Session, received: list[_Received]) -> list[WebhooksApplied]:
-    """Bodies that came in together (they share a batch: see `Mergeable`), applied at once. The
-    batch's counts go to its first body and the others count nothing, so they add up however a batch
-    is split."""
-    first = received[0]
-    applied = _apply_bodies(session, [item.body for item in received], first.subscriptions, first.prices)
-    return [applied, *(WebhooksApplied(0, []) for _ in received[1:])]
-
-
-def apply_on_receipt(
-    body: dict[str, Any], subscriptions: Subscriptions, prices: Prices | None
-) -> Mergeable[WebhooksApplied]:
-    """The unit of work that applies a Meta webhook body as it is received (see
-    `Dispatcher.apply_webhook`); bodies under the same subscriptions share their batch's statements."""
-    return Mergeable(id(subscriptions), _Received(body, subscriptions, prices), _apply_received)
 
 
 async def sync_channel_templates(

@@ -18,7 +18,8 @@ from sqlalchemy.orm import Session, aliased
 
 from wagate.audit.models import SYSTEM, AuditAction
 from wagate.audit.service import record
-from wagate.core.db import isoformat, table_of, utcnow
+from wagate.core.db import isoformat, utcnow
+from wagate.core.tables import table_of
 from wagate.events.http import PostResult
 from wagate.events.models import Delivery, DeliveryAttempt, DeliveryState, Webhook
 from wagate.events.publish import cancel_pending

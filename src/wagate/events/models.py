@@ -7,7 +7,8 @@ from typing import Any
 from sqlalchemy import JSON, Boolean, Enum, ForeignKey, Index, Integer, SmallInteger, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from wagate.core.db import Base, BigIntId, UTCDateTime, utcnow
+from wagate.core.db import utcnow
+from wagate.core.tables import Base, BigIntId, UTCDateTime
 
 
 class EventKind(enum.StrEnum):

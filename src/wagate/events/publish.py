@@ -15,8 +15,9 @@ from typing import Any
 from sqlalchemy import delete, insert, or_, update
 from sqlalchemy.orm import Session
 
-from wagate.core.db import table_of, utcnow
+from wagate.core.db import utcnow
 from wagate.core.ids import new_id
+from wagate.core.tables import table_of
 from wagate.events.models import Delivery, DeliveryKind, DeliveryState, EventKind
 from wagate.events.subscriptions import Subscriptions, read_subscriptions
 from wagate.outbox.models import JobKind, OutboxJob, Priority, outbox_row

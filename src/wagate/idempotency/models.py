@@ -6,7 +6,8 @@ from typing import Any
 from sqlalchemy import JSON, ForeignKey, Integer, String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from wagate.core.db import Base, UTCDateTime, utcnow
+from wagate.core.db import utcnow
+from wagate.core.tables import Base, UTCDateTime
 
 
 class IdempotencyKey(Base):

@@ -18,8 +18,9 @@ from sqlalchemy import bindparam, delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
-from wagate.core.db import table_of, utcnow
+from wagate.core.db import utcnow
 from wagate.core.errors import IdempotencyKeyInUse, IdempotencyKeyReused, InvalidRequest
+from wagate.core.tables import table_of
 from wagate.idempotency.models import IdempotencyKey
 
 MAX_KEY_LENGTH = 255

@@ -23,13 +23,15 @@ from wagate.http.openapi import CHANNEL_NOT_FOUND, MESSAGE_NOT_FOUND, errors
 from wagate.http.responses import FastJSONResponse as JSONResponse
 from wagate.idempotency import service as idempotency
 from wagate.idempotency.http import answer_once
-from wagate.messages import service
+from wagate.messages import queries, service
 from wagate.messages.models import MessageStatus
 from wagate.messages.schemas import (
     MessageListOut,
     SendMessageRequest,
     SendMessageResponse,
+    accepted_view,
     message_view,
+    preview_view,
 )
 
 router = APIRouter()
@@ -197,7 +199,8 @@ async def send_message(
     ),
 ) -> JSONResponse:
     if dry_run:  # no idempotency record either: a dry run may be repeated freely
-        return JSONResponse(await service.preview_send(gateway, principal=principal, request=body))
+        preview = await service.preview_send(gateway, principal=principal, request=body)
+        return JSONResponse(preview_view(preview))
     return await _accept_once(gateway, principal, body, request.url.path, idempotency_key)
 
 
@@ -205,8 +208,8 @@ async def _accept_once(
     gateway: Gateway, principal: Principal, body: SendMessageRequest, path: str, idempotency_key: str | None
 ) -> JSONResponse:
     async def accept(idem: idempotency.IdempotentRequest | None) -> JSONResponse:
-        response = await service.accept_send(gateway, principal=principal, request=body, idem=idem)
-        return JSONResponse(response, status_code=201)
+        accepted = await service.accept_send(gateway, principal=principal, request=body, idem=idem)
+        return JSONResponse(accepted_view(accepted), status_code=201)
 
     return await answer_once(
         gateway.db, gateway.idempotency_in_flight, path, principal, body, idempotency_key, accept
@@ -270,7 +273,7 @@ async def send_message_fast(request: Request) -> Response:
 )
 async def get_message(message_id: str, gateway: GatewayDep, principal: Member) -> dict[str, Any]:
     async with gateway.db.read() as session:
-        found = await service.read_message(session, principal=principal, message_id=message_id)
+        found = await queries.read_message(session, principal=principal, message_id=message_id)
     return message_view(
         found.message, conversation_status=found.conversation_status.value, handled_by=found.handled_by
     )
@@ -302,7 +305,7 @@ async def get_callback_deliveries(
 ) -> JSONResponse:
     """The message's status_callback deliveries with every attempt, newest first."""
     async with gateway.db.read() as session:
-        await service.read_message(session, principal=principal, message_id=message_id)  # 404 / 403
+        await queries.read_message(session, principal=principal, message_id=message_id)  # 404 / 403
         found = await events.callback_deliveries(
             session, account_id=principal.account_id, message_id=message_id, limit=limit
         )
@@ -353,7 +356,7 @@ async def list_messages(
     ] = None,
     status: Annotated[MessageStatus | None, Query(description="Only those with this status now")] = None,
     batch_id: Annotated[
-        str | None, Query(max_length=service.ID_MAX_LENGTH, description="Only this bulk batch's")
+        str | None, Query(max_length=queries.ID_MAX_LENGTH, description="Only this bulk batch's")
     ] = None,
     created_after: Annotated[
         datetime | None,
@@ -364,20 +367,20 @@ async def list_messages(
         Query(description="Created before this time (ISO 8601)", examples=["2026-11-25T00:00:00Z"]),
     ] = None,
     limit: Annotated[
-        int, Query(ge=1, le=service.LIST_LIMIT_MAX, description="At most this many (1-200)")
-    ] = service.LIST_LIMIT,
+        int, Query(ge=1, le=queries.LIST_LIMIT_MAX, description="At most this many (1-200)")
+    ] = queries.LIST_LIMIT,
     before: Annotated[
         str | None,
         Query(
-            max_length=service.ID_MAX_LENGTH,
+            max_length=queries.ID_MAX_LENGTH,
             description="A message id (`next_before` of the page before): the messages after it",
         ),
     ] = None,
 ) -> JSONResponse:
-    page = await service.list_messages(
-        gateway,
+    page = await queries.list_messages(
+        gateway.db,
         principal=principal,
-        filters=service.MessageFilters(
+        filters=queries.MessageFilters(
             channel_id=channel_id,
             phone_number=phone_number,
             status=status.value if status is not None else None,

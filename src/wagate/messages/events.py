@@ -13,8 +13,9 @@ from sqlalchemy import Connection, delete, insert, select
 from sqlalchemy.orm import Session
 
 from wagate.conversations.models import HANDLED_BY_APP, Conversation
-from wagate.core.db import table_of, utcnow
+from wagate.core.db import utcnow
 from wagate.core.live import LiveChange, LiveKind, record_live
+from wagate.core.tables import table_of
 from wagate.events.models import DeliveryKind, EventKind
 from wagate.events.publish import REPORT_BATCH, NewDelivery, ordering_key, subscribers, write_deliveries
 from wagate.events.subscriptions import Subscriptions

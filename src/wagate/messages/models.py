@@ -9,8 +9,9 @@ from typing import Any
 from sqlalchemy import JSON, Enum, ForeignKey, Index, Integer, String, Text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from wagate.conversations.models import HANDLED_BY_APP, USER_ID_LENGTH, ConversationStatus
-from wagate.core.db import Base, UTCDateTime, utcnow
+from wagate.conversations.models import HANDLED_BY_APP, USER_ID_LENGTH, ConversationStatus, Window
+from wagate.core.db import utcnow
+from wagate.core.tables import Base, UTCDateTime
 from wagate.events.models import EventKind
 from wagate.events.subscriptions import NO_SUBSCRIPTIONS, Subscriptions
 from wagate.outbox.models import Priority
@@ -243,3 +244,20 @@ class SentMessage:
     message: Message
     conversation_status: ConversationStatus
     handled_by: str = HANDLED_BY_APP  # who holds the conversation (API.md section 14)
+
+
+@dataclass(frozen=True)
+class SendPreview:
+    """What a send would be (its dry run): checked as a real one, nothing stored."""
+
+    prepared: PreparedSend
+    text: str  # what the customer would read: the text, or the template's header, body and footer
+    window: Window
+
+
+@dataclass(frozen=True)
+class AcceptedSend:
+    """A send accepted (its 201): stored, and on its way to Meta."""
+
+    message_id: str
+    sent_as: SentAs

@@ -1,7 +1,7 @@
 """Parked statuses that no send ever claims are forgotten after a while.
 
 A status is parked when Meta reports on a wamid we do not know yet: the send's own result is about
-to bring it (see `messages.meta_updates.apply_parked_statuses`), within seconds. One still parked a day later
+to bring it (see `messages.meta_statuses.apply_parked_statuses`), within seconds. One still parked a day later
 belongs to no send of ours (another tool on the same number, a send from before a restore) and never
 will: the hourly purge moves it to the dead letters, where an operator sees it (`wagate dead-letters`)
 with its reason, as every other item of Meta's that could not be applied (API.md section 13).

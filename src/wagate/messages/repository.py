@@ -1,5 +1,6 @@
-"""The writes of accepted sends: a message, its conversation and its outbox row (a single send, or a
-whole batch) in a handful of Core statements, with the events they cause.
+"""The SQL of sent messages: the writes of accepted sends (a message, its conversation and its outbox
+row, for a single send or a whole batch) in a handful of Core statements, with the events they
+cause; and the reads of one message, a conversation's thread, the message list and its failures.
 """
 
 from __future__ import annotations
@@ -7,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from functools import cache
 from typing import Any
 
 from sqlalchemy import ColumnElement, Select, case, func, insert, select, tuple_, union_all
@@ -15,25 +15,18 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from wagate.conversations.models import Conversation, ConversationStatus
-from wagate.conversations.repository import (
-    LastMessage,
-    contacts_and_conversations,
-    contacts_of_numbers,
-    contacts_of_user_ids,
-    statuses_before,
-    touch_after_sends,
-    written_by,
-)
+from wagate.conversations.repository.writes import statuses_before, touch_after_sends
 from wagate.conversations.service import status_after_send
-from wagate.core.db import dialect_name, insert_from_json, isoformat, rows_from_json, table_of, utcnow
+from wagate.core.db import dialect_name, utcnow
 from wagate.core.live import LiveChange, LiveKind, record_live
+from wagate.core.tables import table_of
 from wagate.events.models import EventKind
 from wagate.events.publish import ConversationChange, publish_conversation_changes
 from wagate.messages.events import publish_messages_created, schedule_status_reports
 from wagate.messages.models import Direction, Message, MessageStatus, PreparedSend, SentMessage
+from wagate.messages.send_rows import contacts_of, last_message_of, message_row, send_payload, sends_by_number
 from wagate.outbox.models import FastClaim, JobKind, OutboxJob, outbox_row
 from wagate.outbox.notify import notify_outbox
-from wagate.templates.render import render_template_text
 
 _INSERT_MESSAGE = insert(table_of(Message))
 _INSERT_OUTBOX = insert(table_of(OutboxJob))
@@ -90,7 +83,7 @@ def store_sends(
     if by_number_alone and not conversation_webhooks and dialect_name(session) == "postgresql":
         # Everything in one round trip: the writer waits on each statement, and a wait costs more
         # than the statement (docs/decisions/0002-postgresql-writer.md).
-        message_rows = [_message_row(send, None, now) for send in sends]
+        message_rows = [message_row(send, None, now) for send in sends]
         # Each number once, with its last send (the conversation keeps it), as arrays by column.
         last_of_number = {send.phone_number or "": last_message_of(send).columns() for send in sends}
         last_columns = {
@@ -98,7 +91,7 @@ def store_sends(
             for column in next(iter(last_of_number.values()))
         }
         stored = connection.execute(
-            _sends_by_number(),
+            sends_by_number(),
             {
                 "account_id": account_id,
                 "channel_id": channel_id,
@@ -115,7 +108,7 @@ def store_sends(
         for row in message_rows:
             row["conversation_id"] = conversation_of[row["id"]]
     else:
-        contact_of = _contacts_of(session, sends)
+        contact_of = contacts_of(session, sends)
         contact_ids = [contact_of[send.message_id] for send in sends]
         if conversation_webhooks:  # only then is the status before the send worth a query
             previous = statuses_before(session, channel_id=channel_id, contact_ids=contact_ids)
@@ -131,7 +124,7 @@ def store_sends(
             conversation_of[send.message_id] = conversation_of_contact[contact_of[send.message_id]]
         # Core statements built once, with values at execution: this runs for every accepted
         # message, and the ORM's unit of work (or a statement compiled anew) costs more than the SQL.
-        message_rows = [_message_row(send, conversation_of[send.message_id], now) for send in sends]
+        message_rows = [message_row(send, conversation_of[send.message_id], now) for send in sends]
         connection.execute(_INSERT_MESSAGE, message_rows)
         if not ids:
             connection.execute(_INSERT_OUTBOX, outbox_rows)
@@ -179,124 +172,6 @@ def store_sends(
     if notify_others:
         notify_outbox(session, channel_id)
     return [job_of[send.message_id] for send in sends] if ids else []
-
-
-@cache
-def _sends_by_number() -> Select[Any]:
-    """PostgreSQL: what `store_sends` writes for sends by number, in one statement: the contacts and
-    conversations (`contacts_and_conversations`), the messages (each given its number's
-    conversation) and the outbox rows (in the sends' order, so their ids are), from the rows as
-    JSON (`rows_from_json`). Rows: (message id, conversation id, outbox id) of each send."""
-    messages, outbox = table_of(Message), table_of(OutboxJob)
-    of_number = contacts_and_conversations().cte("of_number")
-    sends = rows_from_json(messages, "messages")
-    message_columns = [column.name for column in messages.c if column.name != "conversation_id"]
-    stored = (
-        insert(messages)
-        .from_select(
-            [*message_columns, "conversation_id"],
-            select(*(sends.c[name] for name in message_columns), of_number.c.conversation_id).join_from(
-                sends, of_number, of_number.c.phone_number == sends.c.phone_number
-            ),
-        )
-        .returning(messages.c.id, messages.c.conversation_id)
-        .cte("stored")
-    )
-    queued = insert_from_json(outbox, "jobs").returning(outbox.c.id, outbox.c.message_id).cte("queued")
-    return select(stored.c.id, stored.c.conversation_id, queued.c.id).join_from(
-        stored, queued, queued.c.message_id == stored.c.id
-    )
-
-
-def last_message_of(send: PreparedSend) -> LastMessage:
-    """What a send's conversation keeps of it (its list row; whether it answers the customer)."""
-    template = send.template.template if send.template is not None else None
-    by = written_by(
-        inbound=False, template=template is not None, agent_user_id=send.agent_user_id, sent_by=None
-    )
-    # A template's body as the customer read it (the thread shows the same; a few microseconds).
-    text = send.text
-    if template is not None and send.template is not None:
-        text = render_template_text(template.components, send.template.values).body or None
-    return LastMessage(
-        by,
-        text=text,
-        template_name=template.name if template is not None else None,
-        agent_user_id=send.agent_user_id,
-    )
-
-
-def send_payload(send: PreparedSend) -> dict[str, Any]:
-    """What the dispatcher needs of a send beyond its row: Meta's request body, the validity period,
-    the request that accepted it (its log line names it); absent keys cost nothing to store."""
-    payload: dict[str, Any] = {"body": send.upstream_body}
-    if send.validity_seconds:
-        payload["validity_seconds"] = send.validity_seconds
-    if send.request_id:
-        payload["request_id"] = send.request_id
-    return payload
-
-
-def _contacts_of(session: Session, sends: list[PreparedSend]) -> dict[str, int]:
-    """Each send's contact (message id -> contact id): by number, made when new (one statement), or by
-    user id; a user id no one has seen gets a contact without a number."""
-    account_id = sends[0].account_id
-    # Each number once: single sends merged in one batch may go to one number twice (two codes).
-    numbers = list(
-        dict.fromkeys(s.phone_number for s in sends if s.contact_id is None and s.phone_number is not None)
-    )
-    by_number = contacts_of_numbers(session, account_id=account_id, phone_numbers=numbers) if numbers else {}
-    new_users = list(
-        dict.fromkeys(
-            s.user_id for s in sends if s.contact_id is None and s.phone_number is None and s.user_id
-        )
-    )
-    by_user = (
-        contacts_of_user_ids(session, account_id=account_id, user_ids=new_users, parent_user_ids={})
-        if new_users
-        else {}
-    )
-    contact_of: dict[str, int] = {}
-    for send in sends:
-        if send.contact_id is not None:
-            contact_of[send.message_id] = send.contact_id
-        elif send.phone_number is not None:
-            contact_of[send.message_id] = by_number[send.phone_number]
-        else:
-            assert send.user_id is not None  # a number or a user id, always
-            contact_of[send.message_id] = by_user[send.user_id]
-    return contact_of
-
-
-def _message_row(send: PreparedSend, conversation_id: int | None, now: datetime) -> dict[str, Any]:
-    template = send.template.template if send.template else None
-    return {
-        "id": send.message_id,
-        "account_id": send.account_id,
-        "channel_id": send.channel_id,
-        "conversation_id": conversation_id,
-        "direction": Direction.outbound,
-        "phone_number": send.phone_number,
-        "user_id": send.user_id,
-        "status": MessageStatus.sent,
-        "sent_as": send.sent_as,
-        "text": send.text,
-        "template_name": template.name if template else None,
-        "template_language": template.language if template else None,
-        "template_category": template.category if template else None,
-        "template_parameters": send.template.parameters if send.template else None,
-        "external_error": None,
-        "upstream_message_id": None,
-        "cost_micros": send.cost_micros,
-        "cost_currency": send.currency,
-        "cost_category": None,
-        "batch_id": send.batch_id,
-        "agent_user_id": send.agent_user_id,
-        "status_callback": send.status_callback,
-        "status_history": [{"status": MessageStatus.sent.value, "at": isoformat(now) or ""}],
-        "created_at": now,
-        "updated_at": now,
-    }
 
 
 async def sent_message(session: AsyncSession, *, account_id: int, message_id: str) -> SentMessage | None:
@@ -359,7 +234,7 @@ def _sent_conditions(found: SentFilter, *, with_status: bool = True) -> list[Col
     if found.template_name is not None:
         conditions.append(Message.template_name == found.template_name)
     if found.error_code is not None:
-        # Stored as "131026: Message undeliverable" (messages/meta_updates.py, whatsapp/errors.py).
+        # Stored as "131026: Message undeliverable" (messages/meta_statuses.py, whatsapp/errors.py).
         conditions.append(Message.external_error.startswith(f"{found.error_code}:", autoescape=True))
     if found.created_after is not None:
         conditions.append(Message.created_at >= found.created_after)

@@ -7,8 +7,9 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_
 
 from wagate.conversations.models import HANDLED_BY_APP, USER_ID_LENGTH
 from wagate.core.db import isoformat
+from wagate.core.prices import SESSION
 from wagate.http.limits import BodyId, RequestBody
-from wagate.messages.models import Message, MessageRecord
+from wagate.messages.models import AcceptedSend, Message, MessageRecord, SendPreview
 from wagate.messages.pricing import message_cost_category
 
 ParameterValue = str | int | float
@@ -91,6 +92,11 @@ class SendMessageResponse(BaseModel):
     id: str
     sent_as: Literal["session", "template"]
     status: str
+
+
+def accepted_view(accepted: AcceptedSend) -> dict[str, Any]:
+    """A send's 201 body (API.md section 4)."""
+    return {"id": accepted.message_id, "sent_as": accepted.sent_as.value, "status": "sent"}
 
 
 def format_amount(micros: int) -> str:
@@ -189,3 +195,37 @@ class MessageListOut(BaseModel):
     next_before: str | None = Field(
         description="Pass it as `before` for the next page; null on the last page."
     )
+
+
+def preview_view(preview: SendPreview) -> dict[str, Any]:
+    """The dry run's answer (API.md section 11)."""
+    prepared, window = preview.prepared, preview.window
+    template = prepared.template
+    category = template.template.category if template is not None else None
+    return {
+        "dry_run": True,
+        "sent_as": prepared.sent_as.value,
+        "preview": preview.text,
+        "template": None
+        if template is None
+        else {
+            "name": template.template.name,
+            "language": template.template.language,
+            "category": category,
+            "parameters": template.parameters,
+        },
+        "cost": {
+            "amount": format_amount(prepared.cost_micros),
+            "currency": prepared.currency,
+            "category": category or SESSION,
+        },
+        "window": {
+            "channel_id": prepared.channel_id,
+            "phone_number": prepared.phone_number,
+            "user_id": prepared.user_id,
+            "open": window.open,
+            "last_customer_message_at": isoformat(window.last_customer_message_at),
+            "expires_at": isoformat(window.expires_at),
+            "seconds_remaining": window.seconds_remaining,
+        },
+    }

@@ -4,7 +4,7 @@ notices about customers (system messages).
 - The agent's replies (echoes on `standby`) are stored as outbound messages by "meta_business_agent"
   (`sent_by`): in the conversation, moved on by their statuses like any, but not sent through the API:
   not listed or readable there, no events, no cost unless Meta's `pricing` says so.
-- A handover sets who holds the conversation; a send takes it back (conversations/repository.py).
+- A handover sets who holds the conversation; a send takes it back (conversations/repository/writes.py).
 - A user id change moves the customer to the new id (conversations/user_ids.py); the notice is shown in
   the conversation as a note of Meta's, not as the customer's words, and renews no window (Meta opens
   the customer service window on a message or call from the user).
@@ -27,12 +27,8 @@ from wagate.conversations.models import (
     ConversationStatus,
     CustomerId,
 )
-from wagate.conversations.repository import (
-    FROM_META_AGENT,
-    LastMessage,
-    get_or_create_conversation,
-    note_last_message,
-)
+from wagate.conversations.repository.last_message import FROM_META_AGENT, LastMessage, note_last_message
+from wagate.conversations.repository.writes import get_or_create_conversation
 from wagate.conversations.user_ids import change_user_id
 from wagate.core.db import isoformat, utcnow
 from wagate.core.ids import new_id

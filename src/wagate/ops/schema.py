@@ -5,7 +5,7 @@ from wagate.audit.models import AuditEntry
 from wagate.bulk.models import Batch, BatchRecipient, BatchStatus
 from wagate.channels.models import Channel, ChannelMember
 from wagate.conversations.models import Contact, Conversation, ConversationStatus
-from wagate.core.db import Base
+from wagate.core.tables import Base
 from wagate.events.models import Delivery, DeliveryAttempt, EventKind, Webhook
 from wagate.idempotency.models import IdempotencyKey
 from wagate.messages.models import Direction, Message, MessageStatus, ParkedStatus, SentAs

@@ -15,7 +15,8 @@ from sqlalchemy import JSON, Integer, String, Text, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
-from wagate.core.db import Base, BigIntId, Database, UTCDateTime, isoformat, utcnow
+from wagate.core.db import Database, isoformat, utcnow
+from wagate.core.tables import Base, BigIntId, UTCDateTime
 
 ERROR_LENGTH = 1000
 

@@ -21,7 +21,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, Session, mapped_column
 
-from wagate.core.db import Base, BigIntId, UTCDateTime, dialect_name, utcnow
+from wagate.core.db import dialect_name, utcnow
+from wagate.core.tables import Base, BigIntId, UTCDateTime
 
 
 class JobKind(enum.StrEnum):

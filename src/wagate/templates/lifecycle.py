@@ -27,7 +27,6 @@ from wagate.templates.models import Template
 from wagate.templates.schemas import TemplateOut
 from wagate.templates.service import APPROVED
 from wagate.templates.variables import template_variables
-from wagate.whatsapp.payloads import OddItem
 from wagate.whatsapp.template_events import (
     TemplateCategoryChange,
     TemplateChange,
@@ -36,6 +35,7 @@ from wagate.whatsapp.template_events import (
     TemplateRef,
     TemplateStatusChange,
 )
+from wagate.whatsapp.webhook_body import OddItem
 
 log = logging.getLogger(__name__)
 

@@ -120,3 +120,17 @@ def render_message_template(
     if isinstance(values, str):
         return None
     return render_template_text(template_components, values)
+
+
+def message_template_text(
+    template_components: list[dict[str, Any]], variables: list[str], parameters: Any
+) -> str | None:
+    """A sent template message as plain text, as its customer saw it: the header, body and footer
+    (`render_message_template`), one to a line, those without text left out; buttons are not text.
+    What the dashboard's thread and bulk preview show and the API's dry run returns as `preview`.
+
+    ``None`` when the parameters do not fit ``variables`` (the template changed since the send)."""
+    shown = render_message_template(template_components, variables, parameters)
+    if shown is None:
+        return None
+    return "\n".join(part for part in (shown.header, shown.body, shown.footer) if part)

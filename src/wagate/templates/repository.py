@@ -13,7 +13,7 @@ from wagate.core.db import utcnow
 from wagate.messages.models import Direction, Message
 from wagate.templates.models import Template
 from wagate.templates.variables import template_variables
-from wagate.whatsapp.payloads import TemplateRecord
+from wagate.whatsapp.outbound import TemplateRecord
 
 
 async def find_template(

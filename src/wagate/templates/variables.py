@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from wagate.whatsapp.payloads import (
+from wagate.whatsapp.outbound import (
     body_component,
     header_component,
     media_parameter,

@@ -1,7 +1,7 @@
 """The SQL of usage: one GROUP BY over the account's outbound messages, by UTC day, channel and category.
 
 The same statement runs on SQLite and PostgreSQL. The day is computed in SQL from `created_at`, which
-SQLite keeps as text in UTC ('YYYY-MM-DD HH:MM:SS.ffffff', see wagate.core.db.UTCDateTime) and PostgreSQL
+SQLite keeps as text in UTC ('YYYY-MM-DD HH:MM:SS.ffffff', see wagate.core.tables.UTCDateTime) and PostgreSQL
 as a `timestamptz` (its day depends on the session's time zone unless taken `AT TIME ZONE 'UTC'`).
 Nothing grouped holds a bound parameter: PostgreSQL would see `$1` in the select list and `$4` in the
 GROUP BY as different expressions.

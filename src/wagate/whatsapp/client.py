@@ -22,7 +22,7 @@ import orjson
 
 from wagate.whatsapp.errors import NotDelivered, Unconfirmed, UpstreamError, error_from_response
 from wagate.whatsapp.http1 import ConnectFailed, ExchangeFailed, Http1Pool, InvalidTarget, request_target
-from wagate.whatsapp.payloads import SendResult, TemplateRecord
+from wagate.whatsapp.outbound import SendResult, TemplateRecord
 
 log = logging.getLogger(__name__)
 TEMPLATE_FIELDS = "name,language,status,category,parameter_format,components,id,quality_score,rejected_reason"

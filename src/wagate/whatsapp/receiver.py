@@ -18,13 +18,16 @@ from starlette.requests import Request
 from starlette.routing import Route
 
 from wagate.core.config import Settings
-from wagate.core.db import Database, Mergeable, dialect_name, insert_from_json, table_of, utcnow
+from wagate.core.db import Database, dialect_name, utcnow
+from wagate.core.tables import insert_from_json, table_of
+from wagate.core.units import Mergeable
 from wagate.http.limits import ESCAPED_CONTROL_CHARACTER, without_control_characters
 from wagate.http.responses import FastJSONResponse as JSONResponse
 from wagate.outbox.models import JobKind, OutboxJob, Priority, outbox_row
 from wagate.outbox.notify import notify_outbox
-from wagate.whatsapp.payloads import MalformedWebhook, check_envelope, phone_number_ids
+from wagate.whatsapp.payloads import MalformedWebhook
 from wagate.whatsapp.signature import verify
+from wagate.whatsapp.webhook_body import check_envelope, phone_number_ids
 
 log = logging.getLogger(__name__)
 

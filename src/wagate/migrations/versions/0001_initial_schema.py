@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import wagate.core.db
+import wagate.core.tables
 
 revision: str = "0001"
 down_revision: str | None = None
@@ -23,7 +23,7 @@ def upgrade() -> None:
         "accounts",
         sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("name", sa.String(length=200), nullable=False),
-        sa.Column("created_at", wagate.core.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", wagate.core.tables.UTCDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_accounts")),
         sa.UniqueConstraint("name", name=op.f("uq_accounts_name")),
     )
@@ -54,12 +54,12 @@ def upgrade() -> None:
         sa.Column("channel_id", sa.Integer(), nullable=True),
         sa.Column("message_id", sa.String(length=40), nullable=True),
         sa.Column("payload", sa.JSON(), nullable=False),
-        sa.Column("run_at", wagate.core.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("run_at", wagate.core.tables.UTCDateTime(timezone=True), nullable=False),
         sa.Column("attempts", sa.Integer(), nullable=False),
         sa.Column("last_error", sa.String(length=1000), nullable=True),
         sa.Column("locked_by", sa.String(length=64), nullable=True),
-        sa.Column("locked_until", wagate.core.db.UTCDateTime(timezone=True), nullable=True),
-        sa.Column("created_at", wagate.core.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("locked_until", wagate.core.tables.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("created_at", wagate.core.tables.UTCDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_outbox")),
     )
     with op.batch_alter_table("outbox", schema=None) as batch_op:
@@ -72,7 +72,7 @@ def upgrade() -> None:
         sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("upstream_message_id", sa.String(length=128), nullable=False),
         sa.Column("payload", sa.JSON(), nullable=False),
-        sa.Column("received_at", wagate.core.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("received_at", wagate.core.tables.UTCDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_parked_statuses")),
     )
     with op.batch_alter_table("parked_statuses", schema=None) as batch_op:
@@ -91,8 +91,8 @@ def upgrade() -> None:
         sa.Column("waba_id", sa.String(length=64), nullable=False),
         sa.Column("access_token_encrypted", sa.String(length=2000), nullable=False),
         sa.Column("messages_per_second", sa.Integer(), nullable=False),
-        sa.Column("templates_synced_at", wagate.core.db.UTCDateTime(timezone=True), nullable=True),
-        sa.Column("created_at", wagate.core.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("templates_synced_at", wagate.core.tables.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("created_at", wagate.core.tables.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["account_id"], ["accounts.id"], name=op.f("fk_channels_account_id_accounts"), ondelete="CASCADE"
         ),
@@ -108,7 +108,7 @@ def upgrade() -> None:
         sa.Column("account_id", sa.Integer(), nullable=False),
         sa.Column("phone_number", sa.String(length=32), nullable=False),
         sa.Column("name", sa.String(length=200), nullable=True),
-        sa.Column("created_at", wagate.core.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", wagate.core.tables.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["account_id"], ["accounts.id"], name=op.f("fk_contacts_account_id_accounts"), ondelete="CASCADE"
         ),
@@ -127,7 +127,7 @@ def upgrade() -> None:
             nullable=False,
         ),
         sa.Column("password_hash", sa.String(length=200), nullable=False),
-        sa.Column("created_at", wagate.core.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", wagate.core.tables.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["account_id"], ["accounts.id"], name=op.f("fk_users_account_id_accounts"), ondelete="CASCADE"
         ),
@@ -145,8 +145,8 @@ def upgrade() -> None:
         sa.Column("name", sa.String(length=200), nullable=False),
         sa.Column("token_hash", sa.String(length=64), nullable=False),
         sa.Column("token_prefix", sa.String(length=16), nullable=False),
-        sa.Column("created_at", wagate.core.db.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("revoked_at", wagate.core.db.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("created_at", wagate.core.tables.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("revoked_at", wagate.core.tables.UTCDateTime(timezone=True), nullable=True),
         sa.ForeignKeyConstraint(
             ["account_id"], ["accounts.id"], name=op.f("fk_api_keys_account_id_accounts"), ondelete="CASCADE"
         ),
@@ -186,9 +186,9 @@ def upgrade() -> None:
             sa.Enum("open", "pending", "resolved", name="conversationstatus", native_enum=False, length=20),
             nullable=False,
         ),
-        sa.Column("last_customer_message_at", wagate.core.db.UTCDateTime(timezone=True), nullable=True),
-        sa.Column("last_activity_at", wagate.core.db.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("created_at", wagate.core.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("last_customer_message_at", wagate.core.tables.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("last_activity_at", wagate.core.tables.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", wagate.core.tables.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["account_id"],
             ["accounts.id"],
@@ -228,7 +228,7 @@ def upgrade() -> None:
         sa.Column("parameter_format", sa.String(length=20), nullable=False),
         sa.Column("components", sa.JSON(), nullable=False),
         sa.Column("variables", sa.JSON(), nullable=False),
-        sa.Column("synced_at", wagate.core.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("synced_at", wagate.core.tables.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["channel_id"], ["channels.id"], name=op.f("fk_templates_channel_id_channels"), ondelete="CASCADE"
         ),
@@ -245,8 +245,8 @@ def upgrade() -> None:
         sa.Column("request_hash", sa.String(length=64), nullable=False),
         sa.Column("response_status", sa.Integer(), nullable=False),
         sa.Column("response_body", sa.JSON(), nullable=False),
-        sa.Column("created_at", wagate.core.db.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("expires_at", wagate.core.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", wagate.core.tables.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("expires_at", wagate.core.tables.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["api_key_id"],
             ["api_keys.id"],
@@ -294,8 +294,8 @@ def upgrade() -> None:
         sa.Column("batch_id", sa.String(length=40), nullable=True),
         sa.Column("status_callback", sa.JSON(), nullable=True),
         sa.Column("status_history", sa.JSON(), nullable=False),
-        sa.Column("created_at", wagate.core.db.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("updated_at", wagate.core.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", wagate.core.tables.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("updated_at", wagate.core.tables.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["account_id"], ["accounts.id"], name=op.f("fk_messages_account_id_accounts"), ondelete="CASCADE"
         ),

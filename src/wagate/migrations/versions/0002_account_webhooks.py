@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import wagate.core.db
+import wagate.core.tables
 
 revision: str = "0002"
 down_revision: str | None = "0001"
@@ -28,7 +28,7 @@ def upgrade() -> None:
         sa.Column("secret_encrypted", sa.String(length=500), nullable=False),
         sa.Column("enabled", sa.Boolean(), nullable=False),
         sa.Column("disabled_reason", sa.String(length=500), nullable=True),
-        sa.Column("created_at", wagate.core.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", wagate.core.tables.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["account_id"], ["accounts.id"], name=op.f("fk_webhooks_account_id_accounts"), ondelete="CASCADE"
         ),

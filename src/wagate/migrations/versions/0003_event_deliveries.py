@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import wagate.core.db
+import wagate.core.tables
 
 revision: str = "0003"
 down_revision: str | None = "0002"
@@ -48,8 +48,8 @@ def upgrade() -> None:
             nullable=False,
         ),
         sa.Column("attempts", sa.Integer(), nullable=False),
-        sa.Column("created_at", wagate.core.db.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("finished_at", wagate.core.db.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("created_at", wagate.core.tables.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("finished_at", wagate.core.tables.UTCDateTime(timezone=True), nullable=True),
         sa.ForeignKeyConstraint(
             ["account_id"],
             ["accounts.id"],
@@ -75,7 +75,7 @@ def upgrade() -> None:
             "id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), autoincrement=True, nullable=False
         ),
         sa.Column("delivery_id", sa.String(length=40), nullable=False),
-        sa.Column("attempted_at", wagate.core.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("attempted_at", wagate.core.tables.UTCDateTime(timezone=True), nullable=False),
         sa.Column("status_code", sa.SmallInteger(), nullable=True),
         sa.Column("latency_ms", sa.Integer(), nullable=False),
         sa.Column("error", sa.String(length=500), nullable=True),
@@ -102,7 +102,7 @@ def upgrade() -> None:
             sa.Column("consecutive_failures", sa.Integer(), nullable=False, server_default="0")
         )
         batch_op.add_column(
-            sa.Column("failing_since", wagate.core.db.UTCDateTime(timezone=True), nullable=True)
+            sa.Column("failing_since", wagate.core.tables.UTCDateTime(timezone=True), nullable=True)
         )
 
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import wagate.core.db
+import wagate.core.tables
 
 revision: str = "0004"
 down_revision: str | None = "0003"
@@ -35,9 +35,9 @@ def upgrade() -> None:
         sa.Column("total", sa.Integer(), nullable=False),
         sa.Column("accepted", sa.Integer(), nullable=False),
         sa.Column("rejected", sa.Integer(), nullable=False),
-        sa.Column("created_at", wagate.core.db.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("completed_at", wagate.core.db.UTCDateTime(timezone=True), nullable=True),
-        sa.Column("expires_at", wagate.core.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", wagate.core.tables.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("completed_at", wagate.core.tables.UTCDateTime(timezone=True), nullable=True),
+        sa.Column("expires_at", wagate.core.tables.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["account_id"], ["accounts.id"], name=op.f("fk_batches_account_id_accounts"), ondelete="CASCADE"
         ),

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import wagate.core.db
+import wagate.core.tables
 
 revision: str = "0005"
 down_revision: str | None = "0004"
@@ -30,7 +30,7 @@ def upgrade() -> None:
         sa.Column("payload", sa.JSON(), nullable=False),
         sa.Column("error", sa.Text(), nullable=False),
         sa.Column("attempts", sa.Integer(), nullable=False),
-        sa.Column("created_at", wagate.core.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", wagate.core.tables.UTCDateTime(timezone=True), nullable=False),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_dead_letters")),
     )
     # Statuses parked before this revision have none: they match by wamid alone.

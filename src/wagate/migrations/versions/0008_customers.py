@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import wagate.core.db
+import wagate.core.tables
 
 revision: str = "0008"
 down_revision: str | None = "0007"
@@ -40,7 +40,7 @@ def upgrade() -> None:
         sa.Column("user_id", sa.String(64), nullable=False),
         sa.Column("parent_user_id", sa.String(64), nullable=True),
         sa.Column("contact_id", sa.Integer(), nullable=False),
-        sa.Column("created_at", wagate.core.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", wagate.core.tables.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["account_id"],
             ["accounts.id"],
@@ -63,7 +63,7 @@ def upgrade() -> None:
         sa.Column("channel_id", sa.Integer(), nullable=False),
         sa.Column("contact_id", sa.Integer(), nullable=False),
         sa.Column("stopped", sa.Boolean(), nullable=False),
-        sa.Column("changed_at", wagate.core.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("changed_at", wagate.core.tables.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["channel_id"],
             ["channels.id"],

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import wagate.core.db
+import wagate.core.tables
 
 revision: str = "0009"
 down_revision: str | None = "0008"
@@ -25,8 +25,8 @@ def upgrade() -> None:
         sa.Column("token_hash", sa.String(64), nullable=False),
         sa.Column("user_id", sa.Integer(), nullable=False),
         sa.Column("csrf_token", sa.String(64), nullable=False),
-        sa.Column("created_at", wagate.core.db.UTCDateTime(timezone=True), nullable=False),
-        sa.Column("expires_at", wagate.core.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("created_at", wagate.core.tables.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("expires_at", wagate.core.tables.UTCDateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["user_id"], ["users.id"], name=op.f("fk_dashboard_sessions_user_id_users"), ondelete="CASCADE"
         ),

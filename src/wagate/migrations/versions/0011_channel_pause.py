@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import wagate.core.db
+import wagate.core.tables
 
 revision: str = "0011"
 down_revision: str | None = "0010"
@@ -21,7 +21,7 @@ depends_on: str | Sequence[str] | None = None
 def upgrade() -> None:
     with op.batch_alter_table("channels") as batch:
         batch.add_column(sa.Column("paused_reason", sa.Text(), nullable=True))
-        batch.add_column(sa.Column("paused_at", wagate.core.db.UTCDateTime(timezone=True), nullable=True))
+        batch.add_column(sa.Column("paused_at", wagate.core.tables.UTCDateTime(timezone=True), nullable=True))
 
 
 def downgrade() -> None:

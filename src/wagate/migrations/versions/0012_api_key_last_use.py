@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import wagate.core.db
+import wagate.core.tables
 
 revision: str = "0012"
 down_revision: str | None = "0011"
@@ -20,7 +20,9 @@ depends_on: str | Sequence[str] | None = None
 
 def upgrade() -> None:
     with op.batch_alter_table("api_keys") as batch:
-        batch.add_column(sa.Column("last_used_at", wagate.core.db.UTCDateTime(timezone=True), nullable=True))
+        batch.add_column(
+            sa.Column("last_used_at", wagate.core.tables.UTCDateTime(timezone=True), nullable=True)
+        )
 
 
 def downgrade() -> None:

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-import wagate.core.db
+import wagate.core.tables
 
 revision: str = "0014"
 down_revision: str | None = "0013"
@@ -25,7 +25,7 @@ def upgrade() -> None:
             "id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), autoincrement=True, nullable=False
         ),
         sa.Column("account_id", sa.Integer(), nullable=False),
-        sa.Column("at", wagate.core.db.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("at", wagate.core.tables.UTCDateTime(timezone=True), nullable=False),
         sa.Column("actor_via", sa.String(length=20), nullable=False),
         sa.Column("actor_user_id", sa.Integer(), nullable=True),
         sa.Column("actor_email", sa.String(length=320), nullable=True),

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from wagate.core.db import UTCDateTime
+from wagate.core.tables import UTCDateTime
 
 revision: str = "0018"
 down_revision: str | None = "0017"

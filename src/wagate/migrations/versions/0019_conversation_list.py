@@ -24,9 +24,9 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-from wagate.conversations.repository import LAST_MESSAGE_COLUMNS, LastMessage, written_by
+from wagate.conversations.repository.last_message import LAST_MESSAGE_COLUMNS, LastMessage, written_by
 from wagate.conversations.search import contact_key
-from wagate.core.db import UTCDateTime
+from wagate.core.tables import UTCDateTime
 
 revision: str = "0019"
 down_revision: str | None = "0018"
@@ -128,8 +128,8 @@ def _fill_last_messages(connection: sa.Connection) -> None:
 
 def _fill_waiting_since(connection: sa.Connection) -> None:
     """The customer's first message that no reply came after (as ENDS_WAITING in
-    conversations/repository.py decides: an agent's, Meta's AI agent's or a free-form API message).
-    One statement; the messages of each conversation are read by their conversation_id index."""
+    conversations/repository/last_message.py decides: an agent's, Meta's AI agent's or a free-form API
+    message). One statement; the messages of each conversation are read by their conversation_id index."""
     connection.execute(
         sa.text(
             "UPDATE conversations SET waiting_since = ("

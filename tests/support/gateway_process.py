@@ -32,7 +32,16 @@ import psycopg
 import pytest
 from cryptography.fernet import Fernet
 
-from support import ADMIN_TOKEN, APP_SECRET, GLOBEX, MAIN, SECOND, VERIFY_TOKEN, Simulator, provision_file
+from support.harness import (
+    ADMIN_TOKEN,
+    APP_SECRET,
+    GLOBEX,
+    MAIN,
+    SECOND,
+    VERIFY_TOKEN,
+    Simulator,
+    provision_file,
+)
 
 WAGATE = Path(sys.executable).with_name("wagate")
 # One key for every process on a module's database: provisioning encrypts the channels' tokens with it.

@@ -19,7 +19,7 @@ from fastapi import FastAPI
 from sqlalchemy import NullPool, create_engine, text
 
 import wagate.api.deps
-from support import APP_SECRET, VERIFY_TOKEN, Gateway, Simulator, provision_file
+from support.harness import APP_SECRET, VERIFY_TOKEN, Gateway, Simulator, provision_file
 from wagate.api.app import create_app
 from wagate.core.config import Settings
 from wagate.core.migrate import migrate, sync_url

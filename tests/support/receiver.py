@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from support import wait_for
+from support.harness import wait_for
 from wagate.simulator.server import RunningServer, run_in_thread
 
 

@@ -1,10 +1,10 @@
 """The crash matrix's machinery: runs of sends with SIGKILLs at random moments, then the counts.
 
 Used by tests/dispatch/test_crash_matrix.py (a bounded run in CI) and scripts/crash_matrix.py (the full
-matrix). A scenario is a database and a set of `wagate` processes (tests/gateway_process.py); a run is
+matrix). A scenario is a database and a set of `wagate` processes (tests/support/gateway_process.py); a run is
 one client load on a channel of its own, with status webhooks coming back from the simulator (its own
 process) and an account webhook subscribed to the message and batch events, delivered to a receiver in
-this process (tests/receiver.py), while the scenario's victims (`serve`, or `worker`) are SIGKILLed
+this process (tests/support/receiver.py), while the scenario's victims (`serve`, or `worker`) are SIGKILLed
 and restarted at moments drawn from a seeded random generator.
 
 The client sends as a careful client would: every single send and the batch carry an
@@ -44,7 +44,7 @@ from typing import Any
 import httpx
 import psycopg
 
-from gateway_process import (
+from support.gateway_process import (
     GRACE_SECONDS,
     UPSTREAM_TIMEOUT_SECONDS,
     GatewayProcess,
@@ -58,8 +58,8 @@ from gateway_process import (
     sim_sends,
     simulator_process,
 )
-from receiver import Receiver
-from support import ADMIN_TOKEN, Simulator, new_number, postgres_admin_url, provision_file
+from support.harness import ADMIN_TOKEN, Simulator, new_number, postgres_admin_url, provision_file
+from support.receiver import Receiver
 from wagate.core.cache import DEFAULT_TTL_SECONDS as SUBSCRIPTIONS_CACHE_SECONDS
 
 HEADERS = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -124,7 +124,7 @@ class Kill:
     events_claimed: int  # deliveries claimed for a POST at the kill (likewise)
     restart_seconds: float = 0.0
     # The single sends the victim held claimed at the kill: a live dispatcher settles them within
-    # seconds, delivered by Meta's status or failed `upstream_unconfirmed` (sends.await_status_of_dead).
+    # seconds, delivered by Meta's status or failed `upstream_unconfirmed` (unsettled.await_status_of_dead).
     held_singles: list[str] = field(default_factory=list)
 
 

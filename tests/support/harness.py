@@ -23,8 +23,8 @@ from wagate.channels.models import Channel
 from wagate.core.config import Settings
 from wagate.core.db import sqlite_path
 from wagate.events.subscriptions import NO_SUBSCRIPTIONS
+from wagate.messages.outbound import build_send
 from wagate.messages.repository import store_sends
-from wagate.messages.service import build_send
 from wagate.whatsapp.signature import sign
 
 T = TypeVar("T")
