@@ -21,6 +21,10 @@ from sqlalchemy.orm import Session
 from wagate.core.db import Database
 from wagate.outbox.notify import CHANNEL, notify_outbox
 
+# Its writes race a second session by fractions of a second (a deadlock, a small write beside a large
+# one), which a loaded machine stretches: alone.
+pytestmark = pytest.mark.alone
+
 
 @pytest.fixture
 def table(database_url: str) -> str:

@@ -27,7 +27,9 @@ from support.gateway_process import GatewayProcess, Provisioned
 from support.harness import Gateway, Simulator, wait_for
 from wagate.whatsapp.receiver import HANDED_OVER_SECONDS
 
-pytestmark = pytest.mark.timeout(120)
+# It holds a row lock and waits for the apply to queue behind it within seconds, which a loaded
+# machine stretches: alone.
+pytestmark = [pytest.mark.timeout(120), pytest.mark.alone]
 
 # Fixtures, found by pytest as this module's attributes.
 provisioned = machinery.provisioned
