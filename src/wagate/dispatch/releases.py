@@ -46,7 +46,10 @@ class Releases:
         a crash is deaf to what Meta retries meanwhile); on PostgreSQL the webhooks
         come to the API processes, which may not be this one, so one of them must have been up as long
         (its LISTEN session's start, in `pg_stat_activity`; the longest-running one, since Meta's
-        retries reach whichever answers). Without it, an API process down longer than a send's lease
+        retries reach whichever answers). Only this database's: another gateway on the same server (or a
+        test beside this one) receives another's webhooks, and counted here it made a restarted
+        process resend sends whose statuses were still on their way (the parallel test run: 4 and 5
+        sent twice). Without it, an API process down longer than a send's lease
         while a worker runs would have the worker send again what Meta had (the crash matrix: 4 of 300,
         serve killed with sends under way, back 5.3 s later). `up_for`: another period than the grace."""
         grace = self.settings.unconfirmed_send_grace_seconds if up_for is None else up_for
@@ -56,7 +59,8 @@ class Releases:
         async with self.db.read() as session:
             since: datetime | None = await session.scalar(
                 text(
-                    "SELECT min(backend_start) FROM pg_stat_activity WHERE application_name LIKE :prefix"
+                    "SELECT min(backend_start) FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND application_name LIKE :prefix"
                     " AND backend_start <= now() - make_interval(secs => :grace)"
                 ),
                 {"prefix": API_SESSION_PREFIX + "%", "grace": grace},
