@@ -22,20 +22,15 @@ from support import gateway_process
 from support.app_in_thread import gateway_in_this_loop, gateway_settings
 from support.gateway_process import WAGATE, gateway_env, simulator_wiring, tail
 from support.harness import ADMIN_TOKEN, MAIN, Simulator, new_number, provision_file
+from wagate.accounts.callers import principal_for_token
 from wagate.api.app import create_app
 from wagate.conversations.models import ConversationStatus
 from wagate.conversations.service import change_conversation_status
 from wagate.core.db import Database
-from wagate.core.live import (
-    PAYLOAD_LIMIT,
-    LiveChange,
-    LiveFeed,
-    LiveHub,
-    LiveKind,
-    decode_changes,
-    encode_changes,
-    record_live,
-)
+from wagate.core.live import LiveChange, LiveKind, record_live
+from wagate.core.live_feed import LiveFeed
+from wagate.core.live_hub import LiveHub
+from wagate.core.live_payloads import PAYLOAD_LIMIT, decode_changes, encode_changes
 from wagate.core.migrate import migrate
 from wagate.ops.operations import run_provision
 from wagate.ops.provisioning import ProvisionFile
@@ -181,7 +176,7 @@ def test_a_send_its_statuses_a_reply_and_a_resolve_reach_the_accounts_subscriber
             assert reply.message_id is not None and reply.message_id.startswith("msg_")
 
             # An agent resolves it (the dashboard's button).
-            agent = await gateway.lookups.principal(ADMIN_TOKEN)
+            agent = await principal_for_token(gateway.caches, ADMIN_TOKEN)
             await change_conversation_status(
                 gateway, principal=agent, conversation_id=conversation_id, status=ConversationStatus.resolved
             )

@@ -11,6 +11,7 @@ import pytest
 
 from support.app_in_thread import gateway_in_this_loop
 from support.harness import ADMIN_TOKEN, AGENT_TOKEN, OTHER_TOKEN, OUTSIDER_TOKEN, Simulator
+from wagate.accounts.callers import principal_for_token
 from wagate.conversations.models import ConversationStatus
 from wagate.conversations.service import ConversationNotFound, change_conversation_status
 from wagate.core.errors import Forbidden
@@ -49,7 +50,7 @@ def test_resolve_and_reopen_change_the_conversation_the_api_shows(
             conversation = await conversation_of(message_id)
             assert conversation["status"] == "resolved"  # the spec: an API send resolves it
 
-            agent = await gateway.lookups.principal(AGENT_TOKEN)
+            agent = await principal_for_token(gateway.caches, AGENT_TOKEN)
             changed = await change_conversation_status(
                 gateway,
                 principal=agent,
@@ -67,7 +68,7 @@ def test_resolve_and_reopen_change_the_conversation_the_api_shows(
             assert (await conversation_of(message_id))["status"] == "resolved"
 
             # Not a member of the Main inbox: refused, nothing changed.
-            outsider = await gateway.lookups.principal(OUTSIDER_TOKEN)
+            outsider = await principal_for_token(gateway.caches, OUTSIDER_TOKEN)
             with pytest.raises(Forbidden):
                 await change_conversation_status(
                     gateway,
@@ -76,7 +77,7 @@ def test_resolve_and_reopen_change_the_conversation_the_api_shows(
                     status=ConversationStatus.pending,
                 )
             # Another account's administrator: not found, so ids cannot be probed.
-            boss = await gateway.lookups.principal(OTHER_TOKEN)
+            boss = await principal_for_token(gateway.caches, OTHER_TOKEN)
             with pytest.raises(ConversationNotFound):
                 await change_conversation_status(
                     gateway,

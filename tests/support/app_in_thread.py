@@ -18,7 +18,7 @@ from cryptography.fernet import Fernet
 from fastapi import FastAPI
 from sqlalchemy import NullPool, create_engine, text
 
-import wagate.api.deps
+import wagate.runtime.gateway
 from support.harness import APP_SECRET, VERIFY_TOKEN, Gateway, Simulator, provision_file
 from wagate.api.app import create_app
 from wagate.core.config import Settings
@@ -120,7 +120,7 @@ def sql(database_url: str, statement: str, **params: Any) -> list[tuple[Any, ...
 @asynccontextmanager
 async def gateway_in_this_loop(
     database_url: str, simulator: Simulator, **settings: Any
-) -> AsyncIterator[tuple[str, wagate.api.deps.Gateway, dict[str, int]]]:
+) -> AsyncIterator[tuple[str, wagate.runtime.gateway.Gateway, dict[str, int]]]:
     """The gateway served as a task of the running loop: its URL, the `Gateway` its handlers get, and
     the ids. For tests that take an action through a service function (as the dashboard will) and
     check over HTTP what the API makes of it."""

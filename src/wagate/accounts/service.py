@@ -17,10 +17,10 @@ from sqlalchemy.orm import Session
 
 from wagate.accounts.actors import By, record_change
 from wagate.accounts.auth import Principal
+from wagate.accounts.callers import forget_principal
 from wagate.accounts.models import ApiKey, DashboardSession, Role, User
 from wagate.accounts.passwords import PasswordChecksBusy, password_checks
 from wagate.accounts.sign_in_limits import AttemptKeys, count_attempt, take_back_attempt, uncount_attempt
-from wagate.api.deps import Gateway
 from wagate.audit.models import AuditAction
 from wagate.channels.models import Channel, ChannelMember
 from wagate.core.db import Database, utcnow
@@ -33,6 +33,7 @@ from wagate.core.security import (
     verify_password,
 )
 from wagate.core.units import detached
+from wagate.runtime.gateway import Gateway
 
 # Enough of the token to tell keys apart on a settings page; far too little to guess the rest.
 TOKEN_PREFIX_LENGTH = 12
@@ -193,7 +194,7 @@ async def create_api_key(gateway: Gateway, *, account_id: int, user_id: int, nam
         return IssuedKey(key=detached(session, issued.key), token=issued.token)
 
     issued: IssuedKey = await gateway.db.write(unit)
-    gateway.lookups.forget_principal(issued.key.token_hash)
+    forget_principal(gateway.caches, issued.key.token_hash)
     return issued
 
 
@@ -205,7 +206,7 @@ async def revoke_key(
             session, revoke_api_key(session, account_id=account_id, key_id=key_id, by=by, user_id=user_id)
         )
     )
-    gateway.lookups.forget_principal(key.token_hash)
+    forget_principal(gateway.caches, key.token_hash)
     return key
 
 

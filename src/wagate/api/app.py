@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hmac
 import logging
 from collections.abc import AsyncIterator
@@ -17,12 +18,12 @@ from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from wagate.api.api_docs import install_api_docs
-from wagate.api.deps import Gateway
 from wagate.api.health import HealthChecks
 from wagate.api.process import GatewayProcess
 from wagate.audit.endpoints import router as audit_router
 from wagate.bulk.endpoints import router as bulk_router
 from wagate.channels.endpoints import router as channels_router
+from wagate.channels.service import channel_id_for_number
 from wagate.core.config import Settings, get_settings
 from wagate.core.errors import MethodNotAllowed, NotFound, NotReady, WagateError, invalid_fields, invalid_json
 from wagate.dashboard import install_dashboard
@@ -30,12 +31,12 @@ from wagate.events.endpoints import router as events_router
 from wagate.http.limits import WEBHOOK_PATH, BodyRefused, KeyRateLimiter, RequestGuard
 from wagate.http.openapi import operation_id
 from wagate.http.responses import FastJSONResponse as JSONResponse
-from wagate.idempotency.service import InFlightKeys
 from wagate.messages.endpoints import SEND_PATH, send_message, send_message_fast
 from wagate.messages.endpoints import router as messages_router
 from wagate.observability.logs import RequestLog
 from wagate.observability.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from wagate.observability.metrics import Metrics
+from wagate.runtime.gateway import Gateway
 from wagate.templates.endpoints import router as templates_router
 from wagate.usage.endpoints import router as usage_api
 from wagate.whatsapp.receiver import ReceiverDeps
@@ -160,18 +161,17 @@ def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True)
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         process = GatewayProcess.build(settings, metrics, dispatcher_runs=run_dispatcher)
-        db, dispatcher, lookups = process.db, process.dispatcher, process.lookups
+        db, dispatcher, caches = process.db, process.dispatcher, process.caches
         app.state.health = process.checks
-        # The two typed values handlers get (wagate.api.deps.get_gateway, whatsapp.receiver._deps).
+        # The two typed values handlers get (wagate.accounts.access.get_gateway, whatsapp.receiver._deps).
         key_rates = KeyRateLimiter(settings.api_key_requests_per_second, settings.api_key_burst)
         app.state.gateway = Gateway(
             db,
             settings,
             process.secret_box,
             process.client,
-            lookups,
+            caches,
             dispatcher,
-            InFlightKeys(),
             process.live,
             key_rates,
         )
@@ -189,7 +189,7 @@ def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True)
             # three; docs/decisions/0003-status-webhooks.md).
             None if db.is_sqlite else dispatcher.hand_over,
             dispatcher.hand_over_room,
-            lookups.channel_by_phone_number_id,
+            functools.partial(channel_id_for_number, caches),
         )
         try:
             # PostgreSQL: hear what other processes (workers, other APIs) commit, for the pages.

@@ -1,6 +1,6 @@
 """What one gateway process runs, built, started and torn down in one place for `wagate serve`
 (api/app.py's lifespan) and `wagate worker` (ops/worker.py): the database, the Cloud API client, the
-secret box, the request caches, the live changes, the dispatcher, its health checks and, when a
+secret box, the caches, the live changes, the dispatcher, its health checks and, when a
 metrics port is set, the listener that answers them."""
 
 from __future__ import annotations
@@ -8,14 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from wagate.api.health import HealthChecks, OpsListener
+from wagate.core.cache import Caches
 from wagate.core.config import Settings
 from wagate.core.db import Database
-from wagate.core.live import LiveHub
+from wagate.core.live_hub import LiveHub
 from wagate.core.security import SecretBox, secret_box_for
 from wagate.dispatch.dispatcher import Dispatcher
 from wagate.http.serving import settle_heap
 from wagate.observability.metrics import Metrics
-from wagate.runtime.lookups import Lookups
 from wagate.whatsapp.client import CloudApiClient
 
 
@@ -25,7 +25,7 @@ class GatewayProcess:
     db: Database
     client: CloudApiClient
     secret_box: SecretBox
-    lookups: Lookups
+    caches: Caches
     live: LiveHub
     metrics: Metrics
     dispatcher: Dispatcher
@@ -39,12 +39,12 @@ class GatewayProcess:
         db = Database(settings.database_url)
         client = CloudApiClient(settings.graph_api_url, timeout=settings.upstream_timeout_seconds)
         secret_box = secret_box_for(settings)
-        lookups = Lookups(db)
+        caches = Caches(db)
         dispatcher = Dispatcher(
-            db=db, settings=settings, client=client, secret_box=secret_box, lookups=lookups, metrics=metrics
+            db=db, settings=settings, client=client, secret_box=secret_box, caches=caches, metrics=metrics
         )
         checks = HealthChecks(db, metrics, dispatcher, dispatcher_runs=dispatcher_runs)
-        return cls(settings, db, client, secret_box, lookups, LiveHub(db), metrics, dispatcher, checks)
+        return cls(settings, db, client, secret_box, caches, LiveHub(db), metrics, dispatcher, checks)
 
     async def start(self, *, dispatch: bool, hear_live: bool) -> None:
         """`hear_live`: listen for what other processes commit (PostgreSQL), for the pages a serving

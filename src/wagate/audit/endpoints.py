@@ -4,7 +4,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from wagate.api.deps import Administrator, GatewayDep
+from wagate.accounts.access import Administrator, GatewayDep
 from wagate.audit import service
 from wagate.audit.models import AuditAction
 from wagate.audit.schemas import ENTRY_EXAMPLE, AuditLogOut, entry_view

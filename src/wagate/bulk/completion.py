@@ -12,6 +12,7 @@ from sqlalchemy import case, exists, func, select, update
 from sqlalchemy.orm import Session
 
 from wagate.bulk.models import Batch, BatchStatus
+from wagate.bulk.schemas import template_view
 from wagate.core.db import isoformat, utcnow
 from wagate.core.live import LiveChange, LiveKind, record_live
 from wagate.events.models import DeliveryKind, EventKind
@@ -138,12 +139,4 @@ def summary_view(batch: Batch, summaries: dict[str, _Summary]) -> dict[str, Any]
         "cost": {"amount": format_amount(summary.cost_micros), "currency": summary.currency},
         "created_at": isoformat(batch.created_at),
         "completed_at": isoformat(batch.completed_at),
-    }
-
-
-def template_view(batch: Batch) -> dict[str, Any]:
-    return {
-        "name": batch.template_name,
-        "language": batch.template_language,
-        "category": batch.template_category,
     }

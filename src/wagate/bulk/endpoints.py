@@ -4,7 +4,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Request
 
-from wagate.api.deps import Administrator, GatewayDep
+from wagate.accounts.access import Administrator, GatewayDep
 from wagate.bulk import service
 from wagate.bulk.schemas import SendBulkRequest, SendBulkResponse, accepted_batch_view, batch_view
 from wagate.http.openapi import BATCH_NOT_FOUND, CHANNEL_NOT_FOUND, errors
@@ -75,9 +75,7 @@ async def send_bulk(
         batch = await service.accept_batch(gateway, principal=principal, request=body, idem=idem)
         return JSONResponse(accepted_batch_view(batch), status_code=202)
 
-    return await answer_once(
-        gateway.db, gateway.idempotency_in_flight, request.url.path, principal, body, idempotency_key, accept
-    )
+    return await answer_once(gateway, request.url.path, principal, body, idempotency_key, accept)
 
 
 @router.get(

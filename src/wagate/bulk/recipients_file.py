@@ -22,6 +22,7 @@ from wagate.accounts.auth import Principal
 from wagate.bulk.models import PreparedBatch
 from wagate.bulk.schemas import BulkRecipient, SendBulkRequest
 from wagate.bulk.service import REJECTED_INVALID_NUMBER, REJECTED_MARKETING_STOPPED, prepare_batch
+from wagate.core.cache import Caches
 from wagate.core.config import Settings
 from wagate.core.errors import (
     InvalidPhoneNumber,
@@ -33,7 +34,6 @@ from wagate.core.errors import (
 from wagate.core.phones import normalize_phone_number
 from wagate.core.security import SecretBox
 from wagate.messages.schemas import TemplateRef
-from wagate.runtime.lookups import Lookups
 
 DELIMITERS = ",;\t"
 DELIMITER_NAMES = {",": "commas", ";": "semicolons", "\t": "tabs"}
@@ -295,7 +295,7 @@ class _Collector:
 
 
 async def prepare_file_batch(
-    lookups: Lookups,
+    caches: Caches,
     *,
     principal: Principal,
     channel_id: int,
@@ -316,7 +316,7 @@ async def prepare_file_batch(
         request = SendBulkRequest(channel_id=channel_id, template=template, recipients=recipients.recipients)
         try:
             batch = await prepare_batch(
-                lookups, principal=principal, request=request, settings=settings, secret_box=secret_box
+                caches, principal=principal, request=request, settings=settings, secret_box=secret_box
             )
         except TemplateParametersMismatch as error:
             refused = {

@@ -4,8 +4,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
-from wagate.bulk.completion import template_view
-from wagate.bulk.models import BatchReport, BatchStatus, PreparedBatch
+from wagate.bulk.models import Batch, BatchReport, BatchStatus, PreparedBatch
 from wagate.core.db import isoformat
 from wagate.http.limits import BodyId, RequestBody
 from wagate.messages.schemas import VALIDITY_DESCRIPTION, StatusCallback, TemplateRef
@@ -71,6 +70,15 @@ def accepted_batch_view(batch: PreparedBatch) -> dict[str, Any]:
         "total": len(batch.recipients),
         "accepted": accepted,
         "rejected": len(batch.recipients) - accepted,
+    }
+
+
+def template_view(batch: Batch) -> dict[str, Any]:
+    """A batch's template, in the batch's views and in its `batch_completed` event."""
+    return {
+        "name": batch.template_name,
+        "language": batch.template_language,
+        "category": batch.template_category,
     }
 
 

@@ -21,13 +21,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from wagate.accounts.auth import Principal
-from wagate.api.deps import Gateway
 from wagate.bulk import repository
 from wagate.bulk.models import Batch, BatchRecipient, BatchReport, PreparedBatch, RecipientState
 from wagate.bulk.schemas import MAX_RECIPIENTS, BulkRecipient, SendBulkRequest, accepted_batch_view
-from wagate.channels.service import channel_for_member, member_channels
+from wagate.channels.service import channel_for_caller, channel_for_member, member_channels
 from wagate.conversations.repository.customer_lookups import marketing_stopped, open_windows
 from wagate.conversations.service import WINDOW
+from wagate.core.cache import Caches
 from wagate.core.config import Settings
 from wagate.core.db import utcnow
 from wagate.core.errors import (
@@ -43,6 +43,7 @@ from wagate.core.ids import new_id
 from wagate.core.phones import normalize_phone_number
 from wagate.core.prices import PriceEntry
 from wagate.core.security import SecretBox
+from wagate.events.subscriptions import current_subscriptions
 from wagate.idempotency.service import AlreadyAnswered, IdempotentRequest, answered_before, remember_accepted
 from wagate.messages.models import BoundTemplate, MessageStatus, PreparedSend
 from wagate.messages.outbound import build_send
@@ -50,9 +51,9 @@ from wagate.messages.schemas import TemplateRef
 from wagate.messages.service import check_media_link, checked_callback
 from wagate.observability.logs import note_request
 from wagate.outbox.models import Priority
-from wagate.runtime.lookups import Lookups
+from wagate.runtime.gateway import Gateway
 from wagate.templates.models import Template
-from wagate.templates.service import require_approved
+from wagate.templates.service import cached_template, require_approved
 from wagate.templates.variables import MEDIA_HEADER, MediaHeader, bind_parameters, header_format
 
 REJECTED_INVALID_NUMBER = "invalid_phone_number"
@@ -61,7 +62,7 @@ REJECTED_MARKETING_STOPPED = MarketingPreferenceStopped.code
 _NUMBER_COLUMN_LENGTH: int = getattr(BatchRecipient.__table__.c.phone_number.type, "length", None) or 64
 
 
-async def admit(lookups: Lookups, *, channel_id: int, rate: int, adding: int, settings: Settings) -> None:
+async def admit(caches: Caches, *, channel_id: int, rate: int, adding: int, settings: Settings) -> None:
     """429 `rate_limited` when the channel's waiting bulk sends and `adding` more would take longer
     than `bulk_backlog_max_seconds` at `rate`; Retry-After says when enough of them will have gone."""
     allowed = math.floor(settings.bulk_backlog_max_seconds * max(1, rate))
@@ -70,7 +71,7 @@ async def admit(lookups: Lookups, *, channel_id: int, rate: int, adding: int, se
             f"This channel sends {rate} messages per second: at most {allowed} of a batch can wait at once.",
             headers={"Retry-After": str(math.ceil(settings.bulk_backlog_max_seconds))},
         )
-    async with lookups.db.read() as session:
+    async with caches.db.read() as session:
         waiting = await repository.bulk_sends_waiting(
             session, channel_id=channel_id, up_to=allowed - adding + 1
         )
@@ -84,7 +85,7 @@ async def admit(lookups: Lookups, *, channel_id: int, rate: int, adding: int, se
 
 
 async def prepare_batch(
-    lookups: Lookups,
+    caches: Caches,
     *,
     principal: Principal,
     request: SendBulkRequest,
@@ -94,7 +95,7 @@ async def prepare_batch(
     """Every check of API.md section 6 without writing anything; the template is checked once.
     Administrators only (403 `administrator_required`)."""
     principal.require_administrator()
-    channel = await lookups.channel(principal, request.channel_id)
+    channel = await channel_for_caller(caches, principal, request.channel_id)
     given = request.recipient_list()
     field = "recipients" if request.recipients is not None else "phone_numbers"
     if len(given) > MAX_RECIPIENTS:
@@ -103,14 +104,16 @@ async def prepare_batch(
         )
     ref = request.template
     template = require_approved(
-        await lookups.template(channel.id, ref.name, ref.language), name=ref.name, language=ref.language
+        await cached_template(caches, channel.id, ref.name, ref.language),
+        name=ref.name,
+        language=ref.language,
     )
 
     batch_id = new_id("bat")
     callback = await checked_callback(
-        request.status_callback, lookups=lookups, settings=settings, box=secret_box
+        request.status_callback, caches=caches, settings=settings, box=secret_box
     )
-    subscriptions = await lookups.subscriptions()
+    subscriptions = await current_subscriptions(caches)
     # One entry of the price list for the whole batch: the price of the day it is accepted.
     price = settings.price_list.now()
     build = functools.partial(
@@ -135,12 +138,12 @@ async def prepare_batch(
             f"Template '{ref.name}' takes {len(template.variables)} parameters; not every recipient's match.",
             details=mismatches[:50],
         )
-    await _check_media_links(lookups, given, sends)
+    await _check_media_links(caches, given, sends)
     recipients, sends = await _apply_customer_state(
-        lookups, principal.account_id, channel.id, template, recipients, sends, price
+        caches, principal.account_id, channel.id, template, recipients, sends, price
     )
     rate = channel.messages_per_second
-    await admit(lookups, channel_id=channel.id, rate=rate, adding=len(sends), settings=settings)
+    await admit(caches, channel_id=channel.id, rate=rate, adding=len(sends), settings=settings)
     return PreparedBatch(
         batch_id,
         principal.account_id,
@@ -152,7 +155,7 @@ async def prepare_batch(
     )
 
 
-async def _check_media_links(lookups: Lookups, given: list[BulkRecipient], sends: list[PreparedSend]) -> None:
+async def _check_media_links(caches: Caches, given: list[BulkRecipient], sends: list[PreparedSend]) -> None:
     """Each distinct link of a media header checked once (a batch's recipients mostly share one host,
     which the guard resolves once): 422 naming the first recipient whose link is refused."""
     checked: set[str] = set()
@@ -170,7 +173,7 @@ async def _check_media_links(lookups: Lookups, given: list[BulkRecipient], sends
             None,
         )
         field = "template.parameters.header" if index is None else f"recipients[{index}].parameters.header"
-        await check_media_link(media.link, lookups=lookups, field=field)
+        await check_media_link(media.link, caches=caches, field=field)
 
 
 def _link_of(parameters: list[Any] | dict[str, Any]) -> Any:
@@ -179,7 +182,7 @@ def _link_of(parameters: list[Any] | dict[str, Any]) -> Any:
 
 
 async def _apply_customer_state(
-    lookups: Lookups,
+    caches: Caches,
     account_id: int,
     channel_id: int,
     template: Template,
@@ -196,7 +199,7 @@ async def _apply_customer_state(
     if category == "UTILITY" and not price.utility_free_in_window:
         return recipients, sends
     numbers = [send.phone_number for send in sends if send.phone_number]
-    async with lookups.db.read() as session:
+    async with caches.db.read() as session:
         if category == "MARKETING":
             stopped = await marketing_stopped(
                 session, account_id=account_id, channel_id=channel_id, phone_numbers=numbers
@@ -283,7 +286,7 @@ async def accept_batch(
     `expected_sends`: the number of messages a preview showed; when the checks now give another
     (a customer stopped marketing messages, the template was paused), 409 and nothing is stored."""
     batch = await prepare_batch(
-        gateway.lookups,
+        gateway.caches,
         principal=principal,
         request=request,
         settings=gateway.settings,

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from wagate.api.deps import GatewayDep, Member
+from wagate.accounts.access import GatewayDep, Member
 from wagate.channels import service
 from wagate.channels.schemas import ChannelList, ChannelOut
 from wagate.http.openapi import errors

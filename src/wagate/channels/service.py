@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from sqlalchemy import delete, exists, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -16,10 +15,16 @@ from wagate.accounts.auth import Principal
 from wagate.accounts.models import Role, User
 from wagate.audit.models import SYSTEM, AuditAction
 from wagate.channels.models import Channel, ChannelMember
+from wagate.core.cache import Caches, Part, TTLCache
 from wagate.core.errors import ChannelNotFound, Forbidden, NotFound
+from wagate.runtime.gateway import Gateway
 
-if TYPE_CHECKING:  # wagate.api.deps imports wagate.runtime.lookups, which imports this module
-    from wagate.api.deps import Gateway
+# A channel a caller may use, by (user, account, channel): a send checks it on every request. A refusal
+# (404 / 403) is never cached.
+CHANNELS_OF_CALLERS: Part[TTLCache[tuple[int, int, int], Channel]] = Part("channels of callers", TTLCache)
+# The channel id of a business phone number id, None if there is none (Meta's webhooks name the
+# number, several times for every message sent).
+CHANNEL_OF_NUMBER: Part[TTLCache[str, int | None]] = Part("channel of a number", TTLCache)
 
 
 async def member_channels(session: AsyncSession, *, principal: Principal) -> list[Channel]:
@@ -52,6 +57,30 @@ async def channel_for_member(session: AsyncSession, *, principal: Principal, cha
         raise Forbidden("The API key's user is not a member of this channel's inbox.")
     channel: Channel = row[0]
     return channel
+
+
+async def channel_for_caller(caches: Caches, principal: Principal, channel_id: int) -> Channel:
+    """`channel_for_member`, answered from the process's cache."""
+
+    async def load() -> Channel:
+        async with caches.db.read() as session:
+            return await channel_for_member(session, principal=principal, channel_id=channel_id)
+
+    key = (principal.user_id, principal.account_id, channel_id)
+    return await caches[CHANNELS_OF_CALLERS].get_or_load(key, load)
+
+
+async def channel_id_for_number(caches: Caches, phone_number_id: str) -> int | None:
+    """The id of the channel with this business phone number id, None if there is none."""
+
+    async def load() -> int | None:
+        async with caches.db.read() as session:
+            found: int | None = await session.scalar(
+                select(Channel.id).where(Channel.phone_number_id == phone_number_id)
+            )
+        return found
+
+    return await caches[CHANNEL_OF_NUMBER].get_or_load(phone_number_id, load)
 
 
 # --- inbox members, as administrators manage them --------------------------------------------------
@@ -216,7 +245,7 @@ async def remove_inbox_member(
         return True
 
     removed: bool = await gateway.db.write(unit)
-    gateway.lookups.channels.discard((user_id, principal.account_id, channel_id))
+    gateway.caches[CHANNELS_OF_CALLERS].discard((user_id, principal.account_id, channel_id))
     return removed
 
 

@@ -9,8 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from wagate.accounts.auth import Principal
-from wagate.api.deps import Gateway
-from wagate.channels.service import channel_for_member, member_channels
+from wagate.channels.service import channel_for_caller, channel_for_member, member_channels
 from wagate.conversations.models import Contact, Conversation, ConversationStatus, Window
 from wagate.conversations.repository.conversation_list import (
     NEEDS_REPLY,
@@ -31,6 +30,8 @@ from wagate.core.errors import NotFound
 from wagate.core.live import LiveChange, LiveKind, record_live
 from wagate.events.models import EventKind
 from wagate.events.publish import ConversationChange, publish_conversation_changes
+from wagate.events.subscriptions import current_subscriptions
+from wagate.runtime.gateway import Gateway
 
 WINDOW = timedelta(hours=24)
 
@@ -116,7 +117,7 @@ async def change_conversation_status(
         conversation_status=status.value,
     )
 
-    subscriptions = await gateway.lookups.subscriptions()
+    subscriptions = await current_subscriptions(gateway.caches)
 
     def unit(session: Session) -> Conversation:
         previous = session.get_one(Conversation, conversation_id).status
@@ -232,5 +233,5 @@ async def conversation_for(
         )
     if row is None:
         raise ConversationNotFound()
-    await gateway.lookups.channel(principal, row.channel_id)
+    await channel_for_caller(gateway.caches, principal, row.channel_id)
     return row

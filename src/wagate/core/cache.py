@@ -1,4 +1,5 @@
-"""A small time-bounded cache for what every request looks up: API keys, inbox access, templates.
+"""A small time-bounded cache for what every request looks up: API keys, inbox access, templates,
+and `Caches`, the shelf on which each domain keeps its own caches in a process.
 
 Each process keeps its own; an entry is trusted for `ttl` seconds, so a revoked key, a removed member
 or a template that Meta stopped approving takes effect everywhere within that time (and at once in the
@@ -15,10 +16,13 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Hashable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
+
+from wagate.core.db import Database
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
+T = TypeVar("T")
 
 DEFAULT_TTL_SECONDS = 5.0
 
@@ -63,3 +67,33 @@ class TTLCache(Generic[K, V]):
     def clear(self) -> None:
         self._entries.clear()
         self._loading.clear()
+
+
+class Part(Generic[T]):
+    """One thing a domain keeps in memory for the whole process (a cache, a set of keys in flight),
+    declared beside the code that uses it and made on first use: `caches[PRINCIPALS]`."""
+
+    def __init__(self, name: str, make: Callable[[], T]) -> None:
+        self.name = name
+        self.make = make
+
+    def __repr__(self) -> str:
+        return f"Part({self.name!r})"
+
+
+class Caches:
+    """What the process remembers between requests, one shelf shared by the API, the pages and the
+    dispatcher. It knows no domain: each declares its `Part`s and the functions that load them (for
+    example wagate.channels.service.channel_for_caller), so the runtime value that carries the shelf
+    sits below the domains and a cache lives beside the query it saves."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db  # where the parts' loaders read
+        self._parts: dict[Part[Any], Any] = {}
+
+    def __getitem__(self, part: Part[T]) -> T:
+        try:
+            found: T = self._parts[part]
+        except KeyError:
+            found = self._parts[part] = part.make()
+        return found

@@ -12,8 +12,8 @@ from typing import Any
 from fastapi import Request
 from starlette.datastructures import UploadFile
 
+from wagate.accounts.access import GatewayDep
 from wagate.accounts.service import SessionUser
-from wagate.api.deps import GatewayDep
 from wagate.bulk.models import PreparedBatch
 from wagate.bulk.recipients_file import RecipientsFile, prepare_file_batch, read_recipients
 from wagate.bulk.schemas import SendBulkRequest
@@ -169,7 +169,7 @@ async def prepare_form_batch(gateway: GatewayDep, user: SessionUser, fields: dic
             parameters=lambda values: form_parameters(values, variables),
         )
         prepared, recipients = await prepare_file_batch(
-            gateway.lookups,
+            gateway.caches,
             principal=user.principal,
             channel_id=inbox.id,
             template=TemplateRef(name=template.name, language=template.language),

@@ -18,8 +18,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from wagate.accounts.access import GatewayDep
 from wagate.accounts.service import SessionUser
-from wagate.api.deps import GatewayDep
 from wagate.bulk.recipients_file import BadLines, RecipientsFile, rejection_in_words
 from wagate.bulk.schemas import MAX_RECIPIENTS
 from wagate.bulk.service import accept_batch, list_batches, read_batch

@@ -21,11 +21,11 @@ import logging
 from collections.abc import AsyncIterator
 
 from wagate.accounts.service import SessionInboxes, SessionUser, session_inboxes
-from wagate.api.deps import Gateway
 from wagate.core.db import utcnow
 from wagate.core.live import LiveKind, reset_for
 from wagate.dashboard import views
 from wagate.dashboard.web import SignInRequired
+from wagate.runtime.gateway import Gateway
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse
 
+from wagate.accounts.access import GatewayDep
 from wagate.accounts.service import SessionUser
-from wagate.api.deps import GatewayDep
 from wagate.core.errors import WagateError
 from wagate.dashboard import views
 from wagate.dashboard.charts import FAILURES_NARROW, FAILURES_WIDE, failure_chart

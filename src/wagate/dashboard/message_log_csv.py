@@ -12,8 +12,8 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response, StreamingResponse
 
+from wagate.accounts.access import GatewayDep
 from wagate.accounts.service import SessionUser
-from wagate.api.deps import GatewayDep
 from wagate.core.db import isoformat
 from wagate.core.errors import WagateError
 from wagate.dashboard import views

@@ -12,12 +12,12 @@ from urllib.parse import urlencode
 from fastapi import Depends, Query
 
 from wagate.accounts.service import SessionUser
-from wagate.api.deps import Gateway
 from wagate.core.errors import InvalidRequest, WagateError
 from wagate.dashboard import views
 from wagate.http.limits import parse_id
 from wagate.messages.models import MessageStatus
 from wagate.messages.queries import MessageFilters
+from wagate.runtime.gateway import Gateway
 
 Text = Annotated[str | None, Query(max_length=100)]
 

@@ -12,8 +12,8 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sse_starlette import EventSourceResponse
 
+from wagate.accounts.access import GatewayDep
 from wagate.accounts.service import SESSION_LIFETIME, SessionUser, sign_in, sign_out
-from wagate.api.deps import GatewayDep
 from wagate.conversations.models import ConversationStatus
 from wagate.conversations.repository.conversation_list import NEEDS_REPLY, ConversationRow
 from wagate.conversations.service import (

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from wagate.accounts.access import GatewayDep
 from wagate.accounts.service import (
     SessionUser,
     account_users,
@@ -20,7 +21,6 @@ from wagate.accounts.service import (
     create_api_key,
     revoke_key,
 )
-from wagate.api.deps import Gateway, GatewayDep
 from wagate.audit.models import AuditAction
 from wagate.audit.service import audit_page, parse_action
 from wagate.channels.service import (
@@ -33,6 +33,7 @@ from wagate.core.errors import ChannelNotFound, InvalidRequest, WagateError
 from wagate.dashboard import views
 from wagate.dashboard.web import current_administrator, error_page, posted_form, render
 from wagate.http.limits import MAX_BIG_ID, MAX_ID, parse_id
+from wagate.runtime.gateway import Gateway
 from wagate.templates.service import request_template_sync, template_page, template_sync_states
 
 router = APIRouter(include_in_schema=False)

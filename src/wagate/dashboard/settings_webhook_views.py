@@ -12,10 +12,10 @@ import orjson
 from pydantic import ValidationError
 
 from wagate.accounts.service import SessionUser
-from wagate.api.deps import Gateway
 from wagate.core.errors import WagateError
 from wagate.events import service
 from wagate.events.models import Delivery, DeliveryAttempt, DeliveryState, EventKind, Webhook
+from wagate.runtime.gateway import Gateway
 
 EVENT_LABELS: dict[str, str] = {
     EventKind.message_updated.value: "Message updated",

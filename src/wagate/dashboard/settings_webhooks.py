@@ -15,8 +15,8 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import ValidationError
 
+from wagate.accounts.access import GatewayDep
 from wagate.accounts.service import SessionUser
-from wagate.api.deps import Gateway, GatewayDep
 from wagate.core.errors import WagateError
 from wagate.dashboard.settings_webhook_views import (
     EVENT_LABELS,
@@ -32,6 +32,7 @@ from wagate.dashboard.views import PathId, error_words
 from wagate.dashboard.web import current_administrator, error_page, posted_form, render
 from wagate.events import service
 from wagate.events.schemas import CreateWebhookRequest, UpdateWebhookRequest
+from wagate.runtime.gateway import Gateway
 
 router = APIRouter(include_in_schema=False)
 Admin = Annotated[SessionUser, Depends(current_administrator)]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from wagate.api.deps import Gateway
+from wagate.runtime.gateway import Gateway
 from wagate.templates.models import Template
 from wagate.templates.render import render_template_text
 from wagate.templates.service import list_templates, reply_templates

@@ -10,14 +10,15 @@ from datetime import datetime
 import orjson
 
 from wagate.accounts.service import account_users
-from wagate.api.deps import Gateway
 from wagate.conversations.repository.conversation_list import ConversationRow
 from wagate.dashboard.views import failure_name, held_note
 from wagate.messages.models import Direction, Message
 from wagate.messages.repository import conversation_messages
 from wagate.messages.schemas import format_amount
 from wagate.messages.standby import META_BUSINESS_AGENT
+from wagate.runtime.gateway import Gateway
 from wagate.templates.render import message_template_text
+from wagate.templates.service import cached_template
 from wagate.whatsapp.explanations import Explanation, explain_external_error
 
 MESSAGES_SHOWN = 200
@@ -127,8 +128,8 @@ async def messages_of(gateway: Gateway, row: ConversationRow) -> list[MessageIte
         author = _author(message, agents)
         template_text = None
         if message.template_name and message.template_language:
-            template = await gateway.lookups.template(
-                message.channel_id, message.template_name, message.template_language
+            template = await cached_template(
+                gateway.caches, message.channel_id, message.template_name, message.template_language
             )
             if template is not None:
                 template_text = message_template_text(

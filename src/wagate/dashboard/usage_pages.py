@@ -14,8 +14,8 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import HTMLResponse, Response
 
+from wagate.accounts.access import GatewayDep
 from wagate.accounts.service import SessionUser
-from wagate.api.deps import GatewayDep
 from wagate.core.errors import InvalidRequest, WagateError
 from wagate.dashboard.charts import CATEGORY_LABELS, USAGE_NARROW, USAGE_WIDE, usage_chart
 from wagate.dashboard.web import current_user, error_page, render

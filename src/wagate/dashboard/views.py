@@ -13,7 +13,6 @@ from fastapi import Path
 from pydantic import ValidationError
 
 from wagate.accounts.service import SessionUser
-from wagate.api.deps import Gateway
 from wagate.channels.service import member_channels
 from wagate.conversations.models import ConversationStatus, Window
 from wagate.conversations.repository.conversation_list import ConversationRow
@@ -22,6 +21,7 @@ from wagate.core.live import LiveChange
 from wagate.http.limits import MAX_ID
 from wagate.messages.models import SentMessage
 from wagate.messages.schemas import SendMessageRequest
+from wagate.runtime.gateway import Gateway
 from wagate.templates.variables import MEDIA_HEADER
 from wagate.whatsapp.explanations import code_of, explain
 

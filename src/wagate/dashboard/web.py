@@ -17,13 +17,14 @@ from fastapi import Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
+from wagate.accounts.access import get_gateway
 from wagate.accounts.service import SessionUser, session_user
-from wagate.api.deps import Gateway, get_gateway
 from wagate.channels.service import paused_channels
 from wagate.core.db import isoformat
 from wagate.core.errors import WagateError
 from wagate.dashboard.views import duration, error_words, failure_name, variable_label
 from wagate.http.limits import CONTROL_CHARACTER, CONTROL_CHARACTER_ISSUE
+from wagate.runtime.gateway import Gateway
 
 HERE = Path(__file__).parent
 STATIC = HERE / "static"

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from wagate.core.cache import Caches
 from wagate.core.config import Settings
 from wagate.core.db import Database
 from wagate.core.security import SecretBox
 from wagate.observability.metrics import Metrics
-from wagate.runtime.lookups import Lookups
 from wagate.whatsapp.client import CloudApiClient
 
 
@@ -18,7 +18,7 @@ class LaneDeps:
     settings: Settings
     client: CloudApiClient
     secret_box: SecretBox
-    lookups: Lookups
+    caches: Caches
     worker_id: str  # stamped on the rows this process claims (`locked_by`)
     metrics: Metrics
 

@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from wagate.core.cache import Caches
 from wagate.core.config import Settings
 from wagate.core.db import Database, utcnow
 from wagate.core.security import SecretBox
@@ -28,7 +29,7 @@ from wagate.dispatch.deps import LaneDeps
 from wagate.dispatch.event_lane import EventLane
 from wagate.dispatch.releases import Releases
 from wagate.dispatch.send_lane import ChannelLane
-from wagate.events.subscriptions import Subscriptions
+from wagate.events.subscriptions import Subscriptions, current_subscriptions
 from wagate.messages.meta_updates import WebhooksApplied
 from wagate.observability.metrics import ChannelRate, Metrics
 from wagate.outbox.errors import describe_error
@@ -36,7 +37,7 @@ from wagate.outbox.isolation import log_failure
 from wagate.outbox.models import FastClaim, JobKind, JobState, OutboxJob
 from wagate.outbox.notify import listen_outbox
 from wagate.outbox.ownership import WORKER_ID, ownership_for
-from wagate.runtime.lookups import Lookups
+from wagate.templates.service import forget_templates
 from wagate.whatsapp.client import CloudApiClient
 
 log = logging.getLogger(__name__)
@@ -54,19 +55,19 @@ class Dispatcher(Releases):
         settings: Settings,
         client: CloudApiClient,
         secret_box: SecretBox,
-        lookups: Lookups | None = None,
+        caches: Caches | None = None,
         metrics: Metrics | None = None,
     ) -> None:
         self.db = db
         # Shared with the API in `serve`, so a template sync or a webhook change here or there applies
         # to both at once.
-        self.lookups = lookups or Lookups(db)
+        self.caches = caches or Caches(db)
         self.settings = settings
         self.client = client
         self.secret_box = secret_box
         self.worker_id = WORKER_ID
         self.metrics = metrics or Metrics()
-        self.deps = LaneDeps(db, settings, client, secret_box, self.lookups, self.worker_id, self.metrics)
+        self.deps = LaneDeps(db, settings, client, secret_box, self.caches, self.worker_id, self.metrics)
         self.ownership = ownership_for(db.url)
         self.lanes: dict[int, ChannelLane] = {}
         # The dispatchers alive at the last look (PostgreSQL; None: not looked yet).
@@ -136,7 +137,7 @@ class Dispatcher(Releases):
         it for `_tick` to claim, apply and delete: one write a body instead of three. False when it
         could not be applied; the caller then stores it, and `_tick` takes it with its retries and
         dead letters, as any stored body."""
-        subscriptions = await self.lookups.subscriptions()
+        subscriptions = await current_subscriptions(self.caches)
         try:
             applied = await self.db.write(
                 webhook_jobs.apply_on_receipt(body, subscriptions, self.settings.price_list)
@@ -226,7 +227,7 @@ class Dispatcher(Releases):
 
     async def _tick(self) -> bool:
         started = utcnow()  # stored webhooks from before now are applied below, if they can be
-        subscriptions = await self.lookups.subscriptions()
+        subscriptions = await current_subscriptions(self.caches)
         maintenance_due = time.monotonic() - self._last_maintenance >= POLL_SECONDS
         busy = False
         if self._received:
@@ -300,7 +301,7 @@ class Dispatcher(Releases):
         if applied.templates:
             # Meta changed a template (paused, recategorised...): this process's sends see it at once,
             # other processes' when their cache's few seconds run out (wagate.core.cache).
-            self.lookups.forget_templates()
+            forget_templates(self.caches)
 
     async def _claim(self, kind: JobKind) -> list[jobs.ClaimedJob]:
         def claim(session: Session) -> list[jobs.ClaimedJob]:
@@ -319,7 +320,7 @@ class Dispatcher(Releases):
                 delivery_retention=timedelta(days=self.settings.delivery_retention_days),
             )
             if job.kind is JobKind.sync_templates:
-                self.lookups.forget_templates()
+                forget_templates(self.caches)
         except Exception as exc:
             log.warning("periodic job %s (%s) failed: %r; will retry", job.id, job.kind, exc)
             error = describe_error(exc)

@@ -25,6 +25,7 @@ from wagate.core.db import utcnow
 from wagate.dispatch import sends
 from wagate.dispatch.deps import LaneDeps
 from wagate.dispatch.send_queue import POLL_SECONDS, LaneQueue
+from wagate.events.subscriptions import current_subscriptions
 from wagate.observability.logs import log_send
 from wagate.outbox.isolation import log_failure, write_isolating
 from wagate.outbox.limiter import SlidingWindowLimiter
@@ -365,7 +366,7 @@ class ChannelLane(LaneQueue):
         """Store a round of outcomes (one bad one is parked, see isolation.py); returns those that
         must wait for the next try. They stay held, their leases renewed, so no one sends them again."""
         grace = self.deps.settings.unconfirmed_send_grace_seconds
-        subscriptions = await self.deps.lookups.subscriptions()
+        subscriptions = await current_subscriptions(self.deps.caches)
         resumed, self.resumed = self.resumed, False
 
         def record(session: Session, outcomes: Sequence[sends.Outcome]) -> int:

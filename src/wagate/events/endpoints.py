@@ -4,7 +4,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query, Response
 
-from wagate.api.deps import Administrator, GatewayDep
+from wagate.accounts.access import Administrator, GatewayDep
 from wagate.events import service
 from wagate.events.models import DeliveryState
 from wagate.events.schemas import (

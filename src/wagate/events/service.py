@@ -12,7 +12,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from wagate.accounts.actors import By, record_change
-from wagate.api.deps import Gateway
 from wagate.audit.models import SECRET_SET, Actor, AuditAction, Via
 from wagate.core.errors import Conflict, NotFound
 from wagate.core.ids import new_id
@@ -23,7 +22,9 @@ from wagate.events.example_events import example_event_body
 from wagate.events.models import Delivery, DeliveryAttempt, DeliveryKind, DeliveryState, EventKind, Webhook
 from wagate.events.publish import NewDelivery, webhook_key_prefix, write_deliveries
 from wagate.events.signing import SECRET_PREFIX
+from wagate.events.subscriptions import forget_subscriptions
 from wagate.events.urls import check_url
+from wagate.runtime.gateway import Gateway
 
 # Who acts when a caller does not say: the API's webhook endpoints, until they pass their principal.
 UNSAID = Actor(Via.api_key)
@@ -217,7 +218,7 @@ async def add_webhook(
             ),
         )
     )
-    gateway.lookups.forget_subscriptions()
+    forget_subscriptions(gateway.caches)
     return CreatedWebhook(webhook, secret)
 
 
@@ -246,7 +247,7 @@ async def change_webhook(
             ),
         )
     )
-    gateway.lookups.forget_subscriptions()
+    forget_subscriptions(gateway.caches)
     return webhook
 
 
@@ -265,7 +266,7 @@ async def remove_webhook(gateway: Gateway, *, account_id: int, webhook_id: int, 
         session.delete(webhook)
 
     await gateway.db.write(unit)
-    gateway.lookups.forget_subscriptions()
+    forget_subscriptions(gateway.caches)
 
 
 async def redeliver_now(gateway: Gateway, *, account_id: int, webhook_id: int, delivery_id: str) -> Delivery:

@@ -13,6 +13,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
+from wagate.core.cache import Caches, Part, TTLCache
 from wagate.events.models import EventKind, Webhook
 
 _ENABLED = select(Webhook.id, Webhook.account_id, Webhook.events).where(Webhook.enabled.is_(True))
@@ -46,6 +47,25 @@ NO_SUBSCRIPTIONS = Subscriptions({})
 
 async def load_subscriptions(session: AsyncSession) -> Subscriptions:
     return Subscriptions.from_rows(await session.execute(_ENABLED))
+
+
+# One snapshot for the whole process (the key is None).
+SUBSCRIPTIONS: Part[TTLCache[None, Subscriptions]] = Part("subscriptions", TTLCache)
+
+
+async def current_subscriptions(caches: Caches) -> Subscriptions:
+    """Every enabled webhook by account and event kind (one small query every few seconds)."""
+
+    async def load() -> Subscriptions:
+        async with caches.db.read() as session:
+            return await load_subscriptions(session)
+
+    return await caches[SUBSCRIPTIONS].get_or_load(None, load)
+
+
+def forget_subscriptions(caches: Caches) -> None:
+    """After a webhook changed in this process: its sends and dispatcher see it at once."""
+    caches[SUBSCRIPTIONS].clear()
 
 
 def read_subscriptions(session: Session, account_ids: Iterable[int]) -> Subscriptions:

@@ -8,7 +8,7 @@ import re
 import socket
 from urllib.parse import urlsplit
 
-from wagate.core.cache import TTLCache
+from wagate.core.cache import Part, TTLCache
 from wagate.core.errors import InvalidUrl
 from wagate.http.limits import CONTROL_CHARACTER
 
@@ -81,6 +81,10 @@ def _valid_host(host: str) -> bool:
         return False
     labels = ascii_host.removesuffix(".").split(".")
     return len(ascii_host) <= 253 and all(_HOST_LABEL.fullmatch(label) for label in labels)
+
+
+# Hosts of status_callback URLs found to be public (the SSRF guard), for a minute.
+PUBLIC_HOSTS: Part[TTLCache[str, bool]] = Part("public hosts", lambda: TTLCache(ttl=60.0))
 
 
 async def check_url(

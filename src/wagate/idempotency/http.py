@@ -8,17 +8,16 @@ from pydantic import BaseModel
 from sqlalchemy.exc import IntegrityError
 
 from wagate.accounts.auth import Principal
-from wagate.core.db import Database
 from wagate.core.errors import WagateError
 from wagate.http.responses import FastJSONResponse as JSONResponse
 from wagate.idempotency import service as idempotency
+from wagate.runtime.gateway import Gateway
 
 Accept = Callable[[idempotency.IdempotentRequest | None], Awaitable[JSONResponse]]
 
 
 async def answer_once(
-    db: Database,
-    in_flight: idempotency.InFlightKeys,
+    gateway: Gateway,
     path: str,
     principal: Principal,
     body: BaseModel,
@@ -35,7 +34,7 @@ async def answer_once(
         key=idempotency.validate_key(key),
         request_hash=idempotency.request_hash(path, body.model_dump(mode="json")),
     )
-    async with in_flight.hold(idem):
+    async with gateway.caches[idempotency.IN_FLIGHT].hold(idem):
         try:
             return await accept(idem)
         except idempotency.AlreadyAnswered as repeat:  # found in the accepting unit, which stored nothing
@@ -47,7 +46,7 @@ async def answer_once(
             # IntegrityError: another process committed the same key after our unit looked for it;
             # the key's primary key refused ours, so nothing of this request was stored (see
             # `remember_accepted`), and this is a repeat of that request.
-            async with db.read() as session:
+            async with gateway.db.read() as session:
                 stored = await idempotency.find_response(session, idem)
             if stored is None:
                 raise

@@ -18,6 +18,7 @@ from sqlalchemy import bindparam, delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
+from wagate.core.cache import Part
 from wagate.core.db import utcnow
 from wagate.core.errors import IdempotencyKeyInUse, IdempotencyKeyReused, InvalidRequest
 from wagate.core.tables import table_of
@@ -166,3 +167,7 @@ class InFlightKeys:
             yield
         finally:
             self.keys.discard(slot)
+
+
+# What this process is handling: one set per process, like a cache.
+IN_FLIGHT: Part[InFlightKeys] = Part("idempotency keys in flight", InFlightKeys)

@@ -9,8 +9,8 @@ from fastapi import APIRouter, Body, Header, Query, Request
 from pydantic import ValidationError
 from starlette.responses import Response
 
+from wagate.accounts.access import GatewayDep, Member, authenticate, get_gateway
 from wagate.accounts.auth import Principal
-from wagate.api.deps import Gateway, GatewayDep, Member, authenticate, get_gateway
 from wagate.channels.service import channel_for_member
 from wagate.conversations.service import window_for
 from wagate.core.db import isoformat
@@ -33,6 +33,7 @@ from wagate.messages.schemas import (
     message_view,
     preview_view,
 )
+from wagate.runtime.gateway import Gateway
 
 router = APIRouter()
 COMMON = (401, 403, 422, 503)
@@ -211,9 +212,7 @@ async def _accept_once(
         accepted = await service.accept_send(gateway, principal=principal, request=body, idem=idem)
         return JSONResponse(accepted_view(accepted), status_code=201)
 
-    return await answer_once(
-        gateway.db, gateway.idempotency_in_flight, path, principal, body, idempotency_key, accept
-    )
+    return await answer_once(gateway, path, principal, body, idempotency_key, accept)
 
 
 # `POST .../whatsapp/messages` without a query string: the send of an OTP, the hottest request there

@@ -10,9 +10,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from wagate.accounts.auth import Principal
-from wagate.api.deps import Gateway
+from wagate.channels.service import channel_for_caller
 from wagate.conversations.repository.customer_lookups import marketing_stopped
 from wagate.conversations.service import Recipient, recipient_for, window_for
+from wagate.core.cache import Caches
 from wagate.core.config import Settings
 from wagate.core.errors import (
     InvalidUrl,
@@ -24,7 +25,8 @@ from wagate.core.errors import (
 from wagate.core.phones import normalize_phone_number
 from wagate.core.security import SecretBox
 from wagate.core.units import Mergeable
-from wagate.events.urls import check_url
+from wagate.events.subscriptions import current_subscriptions
+from wagate.events.urls import PUBLIC_HOSTS, check_url
 from wagate.idempotency.service import AlreadyAnswered, IdempotentRequest, answered_before, remember_accepted
 from wagate.messages import repository
 from wagate.messages.models import (
@@ -37,9 +39,9 @@ from wagate.messages.outbound import build_send
 from wagate.messages.schemas import SendMessageRequest, StatusCallback, TemplateRef, accepted_view
 from wagate.observability.logs import note_request
 from wagate.outbox.models import ClaimedSend, FastClaim
-from wagate.runtime.lookups import Lookups
+from wagate.runtime.gateway import Gateway
 from wagate.templates.render import message_template_text
-from wagate.templates.service import require_approved
+from wagate.templates.service import cached_template, require_approved
 from wagate.templates.variables import (
     AUTHENTICATION,
     MEDIA_HEADER,
@@ -49,8 +51,8 @@ from wagate.templates.variables import (
 )
 
 
-async def bind_template(lookups: Lookups, *, channel_id: int, ref: TemplateRef, field: str) -> BoundTemplate:
-    found = await lookups.template(channel_id, ref.name, ref.language)
+async def bind_template(caches: Caches, *, channel_id: int, ref: TemplateRef, field: str) -> BoundTemplate:
+    found = await cached_template(caches, channel_id, ref.name, ref.language)
     template = require_approved(found, name=ref.name, language=ref.language)
     values = bind_parameters(template.variables, ref.parameters, header_format(template.components))
     if isinstance(values, str):
@@ -60,17 +62,17 @@ async def bind_template(lookups: Lookups, *, channel_id: int, ref: TemplateRef, 
         )
     media = values.get(MEDIA_HEADER)
     if isinstance(media, MediaHeader):
-        await check_media_link(media.link, lookups=lookups, field=f"{field}.parameters.header")
+        await check_media_link(media.link, caches=caches, field=f"{field}.parameters.header")
     return BoundTemplate(template, values, ref.parameters)
 
 
-async def check_media_link(link: str, *, lookups: Lookups, field: str) -> None:
+async def check_media_link(link: str, *, caches: Caches, field: str) -> None:
     """422 `template_parameters_mismatch` naming the header unless a media header's link is an https
     URL to a public address: the guard of event URLs, always applied (WAGATE_ALLOW_PRIVATE_URLS does
     not lift it), since Meta fetches the file from the internet and a private address only shows what
     the deployment's own network holds (API.md section 14)."""
     try:
-        await check_url(link, allow_private=False, field=field, public_hosts=lookups.public_hosts)
+        await check_url(link, allow_private=False, field=field, public_hosts=caches[PUBLIC_HOSTS])
     except InvalidUrl as exc:
         issue = exc.details[0]["issue"] if exc.details else "not a public https URL"
         raise TemplateParametersMismatch(
@@ -91,7 +93,7 @@ def _encrypt_callback(callback: dict[str, Any] | None, box: SecretBox) -> dict[s
 
 
 async def prepare_send(
-    lookups: Lookups,
+    caches: Caches,
     *,
     principal: Principal,
     request: SendMessageRequest,
@@ -99,7 +101,7 @@ async def prepare_send(
     secret_box: SecretBox,
 ) -> PreparedSend:
     """Run every check of API.md sections 4 and 13 (404, 403, then each 422) without writing anything."""
-    channel = await lookups.channel(principal, request.channel_id)
+    channel = await channel_for_caller(caches, principal, request.channel_id)
     phone_number = (
         normalize_phone_number(str(request.phone_number)) if request.phone_number is not None else None
     )
@@ -107,11 +109,11 @@ async def prepare_send(
     if request.fallback_template is not None:
         # Checked even while the window is open: a broken fallback shows now, not on the day it is needed.
         fallback = await bind_template(
-            lookups, channel_id=channel.id, ref=request.fallback_template, field="fallback_template"
+            caches, channel_id=channel.id, ref=request.fallback_template, field="fallback_template"
         )
     bound: BoundTemplate | None = None
     if request.template is not None:
-        bound = await bind_template(lookups, channel_id=channel.id, ref=request.template, field="template")
+        bound = await bind_template(caches, channel_id=channel.id, ref=request.template, field="template")
     category = _category(bound or fallback)
     # The entry of the price list in force now: the price of the day the message is accepted.
     price = settings.price_list.now()
@@ -120,7 +122,7 @@ async def prepare_send(
     recipient = Recipient(phone_number)
     window_open = False
     if request.user_id is not None or needs_window or category == "MARKETING":
-        async with lookups.db.read() as session:
+        async with caches.db.read() as session:
             recipient = await recipient_for(
                 session, account_id=principal.account_id, phone_number=phone_number, user_id=request.user_id
             )
@@ -143,7 +145,7 @@ async def prepare_send(
         )
 
     callback = await checked_callback(
-        request.status_callback, lookups=lookups, settings=settings, box=secret_box
+        request.status_callback, caches=caches, settings=settings, box=secret_box
     )
     return build_send(
         account_id=principal.account_id,
@@ -156,7 +158,7 @@ async def prepare_send(
         conversation_status=request.conversation_status,
         status_callback=callback,
         settings=settings,
-        subscriptions=await lookups.subscriptions(),
+        subscriptions=await current_subscriptions(caches),
         window_open=window_open,
         price=price,
         # Signed in to the dashboard rather than calling with a key: an agent's reply.
@@ -186,7 +188,7 @@ async def refuse_stopped_marketing(
 
 
 async def checked_callback(
-    callback: StatusCallback | None, *, lookups: Lookups, settings: Settings, box: SecretBox
+    callback: StatusCallback | None, *, caches: Caches, settings: Settings, box: SecretBox
 ) -> dict[str, Any] | None:
     """The status_callback as stored: its URL checked by the SSRF guard, its secret encrypted."""
     if callback is None:
@@ -195,7 +197,7 @@ async def checked_callback(
         callback.url,
         allow_private=settings.allow_private_urls,
         field="status_callback.url",
-        public_hosts=lookups.public_hosts,
+        public_hosts=caches[PUBLIC_HOSTS],
     )
     return _encrypt_callback(callback.model_dump(), box)
 
@@ -240,7 +242,7 @@ async def accept_send(
     transaction, then the dispatcher. The API and the dashboard both send through this. Its 201 body
     (`schemas.accepted_view`) is remembered with `idem` in the same transaction."""
     prepared = await prepare_send(
-        gateway.lookups,
+        gateway.caches,
         principal=principal,
         request=request,
         settings=gateway.settings,
@@ -301,7 +303,7 @@ async def preview_send(gateway: Gateway, *, principal: Principal, request: SendM
     what it would be: how it goes, the text the customer would read, the cost and the window. Nothing
     is stored, sent or evented, and no idempotency record is kept. `schemas.preview_view` renders it."""
     prepared = await prepare_send(
-        gateway.lookups,
+        gateway.caches,
         principal=principal,
         request=request,
         settings=gateway.settings,

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Query
 
-from wagate.api.deps import GatewayDep, Member
+from wagate.accounts.access import GatewayDep, Member
 from wagate.channels.service import channel_for_member, member_channels
 from wagate.http.limits import Id
 from wagate.http.openapi import CHANNEL_NOT_FOUND, errors

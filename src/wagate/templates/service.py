@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -13,14 +12,16 @@ from sqlalchemy.orm import Session
 
 from wagate.accounts.auth import Principal
 from wagate.channels.models import Channel
+from wagate.core.cache import Caches, Part, TTLCache
 from wagate.core.db import utcnow
 from wagate.core.errors import ChannelNotFound, TemplateNotApproved, TemplateNotFound
 from wagate.outbox.models import JobKind, OutboxJob, Priority
+from wagate.runtime.gateway import Gateway
 from wagate.templates import repository
 from wagate.templates.models import Template
 
-if TYPE_CHECKING:
-    from wagate.api.deps import Gateway
+# A channel's template by (channel, name, language), None when it has none: every template send reads it.
+TEMPLATES: Part[TTLCache[tuple[int, str, str], Template | None]] = Part("templates", TTLCache)
 
 APPROVED = "APPROVED"
 
@@ -38,6 +39,23 @@ def require_approved(template: Template | None, *, name: str, language: str) -> 
             details=[{"field": "template.name", "issue": f"status is {template.status}"}],
         )
     return template
+
+
+async def cached_template(caches: Caches, channel_id: int, name: str, language: str) -> Template | None:
+    """The channel's template of this name and language (approved or not), from the process's cache."""
+
+    async def load() -> Template | None:
+        async with caches.db.read() as session:
+            return await repository.find_template(
+                session, channel_id=channel_id, name=name, language=language
+            )
+
+    return await caches[TEMPLATES].get_or_load((channel_id, name, language), load)
+
+
+def forget_templates(caches: Caches) -> None:
+    """After a sync in this process: its result applies at once."""
+    caches[TEMPLATES].clear()
 
 
 async def list_templates(

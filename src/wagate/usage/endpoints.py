@@ -5,7 +5,7 @@ from typing import Annotated, Any, cast
 from fastapi import APIRouter, Header, Query
 from fastapi.responses import Response
 
-from wagate.api.deps import GatewayDep, Member
+from wagate.accounts.access import GatewayDep, Member
 from wagate.http.limits import Id
 from wagate.http.openapi import CHANNEL_NOT_FOUND, errors
 from wagate.http.responses import FastJSONResponse as JSONResponse
