@@ -21,8 +21,8 @@ from support.harness import (
 )
 from support.receiver import Receiver
 from wagate.simulator.app import create_simulator_app
+from wagate.simulator.config import SimulatorConfig
 from wagate.simulator.server import start_in_thread
-from wagate.simulator.state import SimulatorConfig
 
 BACKENDS = ["sqlite", "postgresql"]
 # Tests that drive Chromium, and modules that run `wagate` processes of their own or generate input

@@ -19,7 +19,7 @@ from cryptography.fernet import Fernet
 from support.harness import postgres_admin_url
 from wagate.api.process import GatewayProcess
 from wagate.core.config import Settings
-from wagate.core.live import API_SESSION_PREFIX
+from wagate.core.live_hub import API_SESSION_PREFIX
 from wagate.observability.metrics import Metrics
 
 

@@ -52,8 +52,9 @@ from wagate.simulator import (
     MAGIC_UNDELIVERABLE,
 )
 from wagate.simulator.app import create_simulator_app
+from wagate.simulator.config import SimulatorConfig
+from wagate.simulator.send_log import max_in_window
 from wagate.simulator.server import start_in_thread
-from wagate.simulator.state import SimulatorConfig, max_in_window
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -13,7 +13,7 @@ from wagate.accounts.models import Account
 from wagate.core.db import Database, utcnow
 from wagate.core.migrate import migrate
 from wagate.core.security import SecretBox
-from wagate.events import deliveries, repository, service
+from wagate.events import deliveries, delivery_claims, repository, service
 from wagate.events.http import PostResult
 from wagate.events.models import Delivery, DeliveryKind, DeliveryState
 from wagate.events.publish import NewDelivery, write_deliveries
@@ -73,7 +73,7 @@ def test_a_delivery_is_retried_until_it_is_24_hours_old_then_given_up(database_u
     async def scenario() -> None:
         fresh_id, old_id = await db.write(seed)
         claimed = await db.write(
-            lambda s: deliveries.claim_deliveries(s, limit=10, worker_id="test", lease_seconds=60)
+            lambda s: delivery_claims.claim_deliveries(s, limit=10, worker_id="test", lease_seconds=60)
         )
         assert {c.id for c in claimed} == {fresh_id, old_id}
         now = utcnow()

@@ -10,7 +10,7 @@ import pytest
 from sim_harness import PHONE_NUMBER_ID, WABA_ID, Harness
 
 from wagate.simulator import MAGIC_NUMBERS, Fault, fault_for
-from wagate.simulator.state import max_in_window
+from wagate.simulator.send_log import max_in_window
 from wagate.simulator.templates import SEED_TEMPLATES
 from wagate.whatsapp.outbound import body_component, template_message, text_message, text_parameter
 

@@ -37,8 +37,8 @@ from support.receiver import Receiver
 from wagate.events.example_events import example_event_body
 from wagate.events.models import EventKind
 from wagate.simulator.app import create_simulator_app
+from wagate.simulator.config import SimulatorConfig
 from wagate.simulator.server import start_in_thread
-from wagate.simulator.state import SimulatorConfig
 from wagate.templates.schemas import TemplateOut
 
 WABA = MAIN["waba_id"]

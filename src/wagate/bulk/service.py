@@ -25,8 +25,7 @@ from wagate.bulk import repository
 from wagate.bulk.models import Batch, BatchRecipient, BatchReport, PreparedBatch, RecipientState
 from wagate.bulk.schemas import MAX_RECIPIENTS, BulkRecipient, SendBulkRequest, accepted_batch_view
 from wagate.channels.service import channel_for_caller, channel_for_member, member_channels
-from wagate.conversations.repository.customer_lookups import marketing_stopped, open_windows
-from wagate.conversations.service import WINDOW
+from wagate.conversations.service import numbers_in_window, stopped_marketing_of
 from wagate.core.cache import Caches
 from wagate.core.config import Settings
 from wagate.core.db import utcnow
@@ -201,7 +200,7 @@ async def _apply_customer_state(
     numbers = [send.phone_number for send in sends if send.phone_number]
     async with caches.db.read() as session:
         if category == "MARKETING":
-            stopped = await marketing_stopped(
+            stopped = await stopped_marketing_of(
                 session, account_id=account_id, channel_id=channel_id, phone_numbers=numbers
             )
             if not stopped:
@@ -213,12 +212,8 @@ async def _apply_customer_state(
                 for number, message_id, error in recipients
             ]
             return recipients, [send for send in sends if send.phone_number not in stopped]
-        open_now = await open_windows(
-            session,
-            account_id=account_id,
-            channel_id=channel_id,
-            phone_numbers=numbers,
-            since=utcnow() - WINDOW,
+        open_now = await numbers_in_window(
+            session, account_id=account_id, channel_id=channel_id, phone_numbers=numbers
         )
     return recipients, [
         dataclasses.replace(send, cost_micros=0) if send.phone_number in open_now else send for send in sends

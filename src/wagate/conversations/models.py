@@ -123,7 +123,7 @@ class Conversation(Base):
     last_activity_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     # The last message, kept here where messages are written so that the list is one query a page
-    # (conversations/repository/last_message.py, `LastMessage`): its preview, folded for search, who wrote it
+    # (conversations/last_message.py, `LastMessage`): its preview, folded for search, who wrote it
     # (`customer`, `agent`, `api`, `template`, `meta_business_agent`), the template's name, the agent.
     last_message_text: Mapped[str | None] = mapped_column(String(LAST_MESSAGE_LENGTH), nullable=True)
     last_message_key: Mapped[str | None] = mapped_column(String(LAST_MESSAGE_KEY_LENGTH), nullable=True)
@@ -131,7 +131,7 @@ class Conversation(Base):
     last_message_author: Mapped[str | None] = mapped_column(String(TEMPLATE_NAME_LENGTH), nullable=True)
     last_message_agent_id: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # Since when the customer waits for an answer: their first message after the last reply to them
-    # (Meta's time); empty once answered. What ends waiting: `ENDS_WAITING` in repository/last_message.py.
+    # (Meta's time); empty once answered. What ends waiting: `ENDS_WAITING` in last_message.py.
     waiting_since: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
 
 

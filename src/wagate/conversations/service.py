@@ -22,11 +22,13 @@ from wagate.conversations.repository.customer_lookups import (
     find_contact_conversation,
     find_conversation,
     find_customer,
+    marketing_stopped,
+    open_windows,
 )
 from wagate.conversations.repository.writes import first_user_id, set_status
 from wagate.conversations.search import QUERY_LENGTH
 from wagate.core.db import utcnow
-from wagate.core.errors import NotFound
+from wagate.core.errors import MarketingPreferenceStopped, NotFound
 from wagate.core.live import LiveChange, LiveKind, record_live
 from wagate.events.models import EventKind
 from wagate.events.publish import ConversationChange, publish_conversation_changes
@@ -95,6 +97,44 @@ async def window_for(
     else:
         conversation = None  # a user id never seen has never written
     return window_of(conversation.last_customer_message_at if conversation else None)
+
+
+async def refuse_stopped_marketing(
+    session: AsyncSession, account_id: int, channel_id: int, recipient: Recipient
+) -> None:
+    """422 `marketing_preference_stopped` when the customer stopped marketing messages from the channel."""
+    stopped = await marketing_stopped(
+        session,
+        account_id=account_id,
+        channel_id=channel_id,
+        phone_numbers=[recipient.phone_number] if recipient.phone_number else [],
+        user_ids=[recipient.user_id] if recipient.user_id else [],
+    )
+    if stopped:
+        field = "user_id" if recipient.user_id else "phone_number"
+        raise MarketingPreferenceStopped(details=[{"field": field, "issue": "stopped marketing messages"}])
+
+
+async def stopped_marketing_of(
+    session: AsyncSession, *, account_id: int, channel_id: int, phone_numbers: list[str]
+) -> set[str]:
+    """Which of these numbers stopped marketing messages from the channel (a bulk send skips them)."""
+    return await marketing_stopped(
+        session, account_id=account_id, channel_id=channel_id, phone_numbers=phone_numbers
+    )
+
+
+async def numbers_in_window(
+    session: AsyncSession, *, account_id: int, channel_id: int, phone_numbers: list[str]
+) -> set[str]:
+    """Which of these numbers wrote to the channel within the last 24 hours (their window is open)."""
+    return await open_windows(
+        session,
+        account_id=account_id,
+        channel_id=channel_id,
+        phone_numbers=phone_numbers,
+        since=utcnow() - WINDOW,
+    )
 
 
 def status_after_send(requested: ConversationStatus | None) -> ConversationStatus:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from sqlalchemy import delete, or_, select, update
 from sqlalchemy.orm import Session
 
+from wagate.conversations.last_message import LAST_MESSAGE_COLUMNS
 from wagate.conversations.models import (
     Contact,
     Conversation,
@@ -22,7 +23,6 @@ from wagate.conversations.models import (
     CustomerId,
     MarketingPreference,
 )
-from wagate.conversations.repository.last_message import LAST_MESSAGE_COLUMNS
 from wagate.conversations.repository.writes import insert_customer_id
 from wagate.conversations.search import contact_key
 from wagate.messages.models import Message

@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 
 from wagate.core.db import utcnow
 from wagate.dispatch.deps import LaneDeps
-from wagate.events import deliveries
+from wagate.events import deliveries, delivery_claims
 from wagate.events.http import DELIVERY_TIMEOUT_SECONDS, EventPoster
 from wagate.events.signing import signed_headers
 from wagate.messages import events as message_events
@@ -80,7 +80,7 @@ class EventLane:
             await asyncio.wait(self.calls, timeout=DELIVERY_TIMEOUT_SECONDS + 1)
         await self.recorder.close()
         try:
-            released = await self.db.write(partial(deliveries.release_claims, worker_id=self.worker_id))
+            released = await self.db.write(partial(delivery_claims.release_claims, worker_id=self.worker_id))
             if released:
                 log.info("gave back %d event deliveries claimed and not posted", released)
         except Exception as exc:  # the database is away: they are posted again after their lease
@@ -109,10 +109,10 @@ class EventLane:
         limit = MAX_IN_FLIGHT - len(self.calls)
         await self._render_due_reports()
 
-        fair = deliveries.FairShare(self._share(), Counter(self.busy))
+        fair = delivery_claims.FairShare(self._share(), Counter(self.busy))
 
-        def claim(session: Session) -> list[deliveries.ClaimedDelivery]:
-            return deliveries.claim_deliveries(
+        def claim(session: Session) -> list[delivery_claims.ClaimedDelivery]:
+            return delivery_claims.claim_deliveries(
                 session, limit=limit, worker_id=self.worker_id, lease_seconds=self.lease_seconds, fair=fair
             )
 
@@ -164,7 +164,7 @@ class EventLane:
             return POLL_SECONDS
         return min(POLL_SECONDS, max(0.0, (next_due - now) / timedelta(seconds=1)))
 
-    async def _post(self, delivery: deliveries.ClaimedDelivery) -> None:
+    async def _post(self, delivery: delivery_claims.ClaimedDelivery) -> None:
         assert delivery.url is not None
         try:
             body = orjson.dumps(delivery.body)

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from wagate.core.config import Settings
 from wagate.core.db import Database, utcnow
-from wagate.core.live import API_SESSION_PREFIX
+from wagate.core.live_hub import API_SESSION_PREFIX
 from wagate.dispatch import jobs, unsettled
 from wagate.dispatch.send_lane import ChannelLane
 from wagate.events.subscriptions import Subscriptions

@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import Select, insert, select
 from sqlalchemy.orm import Session
 
-from wagate.conversations.repository.last_message import LastMessage, written_by
+from wagate.conversations.last_message import LastMessage, written_by
 from wagate.conversations.repository.writes import (
     contacts_and_conversations,
     contacts_of_numbers,

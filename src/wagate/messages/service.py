@@ -6,18 +6,15 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from wagate.accounts.auth import Principal
 from wagate.channels.service import channel_for_caller
-from wagate.conversations.repository.customer_lookups import marketing_stopped
-from wagate.conversations.service import Recipient, recipient_for, window_for
+from wagate.conversations.service import Recipient, recipient_for, refuse_stopped_marketing, window_for
 from wagate.core.cache import Caches
 from wagate.core.config import Settings
 from wagate.core.errors import (
     InvalidUrl,
-    MarketingPreferenceStopped,
     PhoneNumberRequired,
     TemplateParametersMismatch,
     WindowClosed,
@@ -169,22 +166,6 @@ async def prepare_send(
 
 def _category(bound: BoundTemplate | None) -> str | None:
     return bound.template.category.upper() if bound is not None else None
-
-
-async def refuse_stopped_marketing(
-    session: AsyncSession, account_id: int, channel_id: int, recipient: Recipient
-) -> None:
-    """422 `marketing_preference_stopped` when the customer stopped marketing messages from the channel."""
-    stopped = await marketing_stopped(
-        session,
-        account_id=account_id,
-        channel_id=channel_id,
-        phone_numbers=[recipient.phone_number] if recipient.phone_number else [],
-        user_ids=[recipient.user_id] if recipient.user_id else [],
-    )
-    if stopped:
-        field = "user_id" if recipient.user_id else "phone_number"
-        raise MarketingPreferenceStopped(details=[{"field": field, "issue": "stopped marketing messages"}])
 
 
 async def checked_callback(

@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 
 from wagate.channels.models import Channel
 from wagate.conversations.customers import Customers, phone_of_wa_id
+from wagate.conversations.last_message import FROM_META_AGENT, LastMessage, note_last_message
 from wagate.conversations.models import (
     HANDLED_BY_AGENT,
     USER_ID_LENGTH,
@@ -27,7 +28,6 @@ from wagate.conversations.models import (
     ConversationStatus,
     CustomerId,
 )
-from wagate.conversations.repository.last_message import FROM_META_AGENT, LastMessage, note_last_message
 from wagate.conversations.repository.writes import get_or_create_conversation
 from wagate.conversations.user_ids import change_user_id
 from wagate.core.db import isoformat, utcnow

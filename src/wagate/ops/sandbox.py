@@ -20,8 +20,8 @@ from wagate.http.serving import DrainingServer, uvicorn_options
 from wagate.ops.operations import run_provision
 from wagate.ops.provisioning import AccountSpec, ApiKeySpec, ChannelSpec, ProvisionFile, UserSpec
 from wagate.simulator.app import create_simulator_app
+from wagate.simulator.config import SimulatorConfig
 from wagate.simulator.server import base_url_of, serve_in_background
-from wagate.simulator.state import SimulatorConfig
 
 DEMO_PHONE_NUMBER_ID = "100000000000001"
 DEMO_WABA_ID = "200000000000001"

@@ -1,6 +1,8 @@
 """The Cloud API simulator (a fake of Meta's WhatsApp Cloud API) and helpers to run ASGI apps in tests."""
 
 from wagate.simulator.app import create_simulator_app, main, run_simulator
+from wagate.simulator.config import ChannelInfo, SimulatorConfig, StatusDelays
+from wagate.simulator.faults import ConnectionFault
 from wagate.simulator.magic import (
     MAGIC_FAILED_THEN_DELIVERED,
     MAGIC_HANG,
@@ -17,7 +19,6 @@ from wagate.simulator.magic import (
     fault_for,
 )
 from wagate.simulator.server import RunningServer, run_in_thread, serve_in_background, start_in_thread
-from wagate.simulator.state import ChannelInfo, ConnectionFault, SimulatorConfig, StatusDelays
 
 __all__ = [
     "MAGIC_FAILED_THEN_DELIVERED",

@@ -20,12 +20,13 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from starlette.types import Receive, Scope, Send
 
+from wagate.simulator.config import SimulatorConfig
 from wagate.simulator.control import build_control_router
 from wagate.simulator.control_customers import build_customer_router
 from wagate.simulator.control_routing import build_routing_router
 from wagate.simulator.control_templates import build_template_router
 from wagate.simulator.graph import SendHandler, build_graph_router, build_send_handler
-from wagate.simulator.state import SimulatorConfig, SimulatorState
+from wagate.simulator.state import SimulatorState
 from wagate.simulator.webhooks import WebhookSender
 
 

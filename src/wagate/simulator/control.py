@@ -10,7 +10,7 @@
   ``count`` sends, only those to ``to`` / from ``phone_number_id`` when given: 5xx codes answer with
   that HTTP status, 408 accepts but replies late, other codes answer Meta's error with that code),
   ``fault_next {count, kind, to?, phone_number_id?}`` or a list of them (connection faults, see
-  :class:`~wagate.simulator.state.ConnectionFault`: ``reset_before|after``, ``close_before|after``,
+  :class:`~wagate.simulator.faults.ConnectionFault`: ``reset_before|after``, ``close_before|after``,
   ``hang_before|after``; each entry is added to those waiting, a send takes the first that matches;
   an empty list drops those waiting),
   ``answer_wamid_next {to, wamid}`` (the next send to ``to`` is answered with that wamid, as an
@@ -47,15 +47,10 @@ from typing import Any
 from fastapi import APIRouter, HTTPException
 from pydantic import BaseModel, ConfigDict, Field
 
+from wagate.simulator.config import ChannelInfo, StatusDelays
 from wagate.simulator.customers import digits_of, is_user_id
-from wagate.simulator.state import (
-    ChannelInfo,
-    ConnectionFault,
-    InjectedFailure,
-    InjectedFault,
-    SimulatorState,
-    StatusDelays,
-)
+from wagate.simulator.faults import ConnectionFault, InjectedFailure, InjectedFault
+from wagate.simulator.state import SimulatorState
 from wagate.simulator.templates import with_ids
 from wagate.simulator.webhooks import WebhookSender
 

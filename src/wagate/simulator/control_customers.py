@@ -29,7 +29,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from wagate.simulator.customers import Customer, CustomerConflict, digits_of, is_user_id
 from wagate.simulator.payloads import Recipient, error_item, inbound_payload, status_payload
-from wagate.simulator.state import SentRecord, SimulatorState, new_wamid
+from wagate.simulator.send_log import SentRecord, new_wamid
+from wagate.simulator.state import SimulatorState
 from wagate.simulator.webhooks import WebhookSender
 
 MAX_USERNAME_LENGTH = 64

@@ -30,10 +30,12 @@ from typing import Any, Literal
 from fastapi import APIRouter, HTTPException
 from pydantic import BaseModel, ConfigDict, Field
 
+from wagate.simulator.config import ChannelInfo
 from wagate.simulator.control_customers import _customer
 from wagate.simulator.customers import Customer, CustomerConflict, country_of, is_user_id
 from wagate.simulator.payloads import Recipient, envelope, inbound_payload, status_update, statuses_payload
-from wagate.simulator.state import ChannelInfo, SimulatorState, new_wamid
+from wagate.simulator.send_log import new_wamid
+from wagate.simulator.state import SimulatorState
 from wagate.simulator.webhooks import WebhookSender
 
 

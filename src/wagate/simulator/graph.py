@@ -20,16 +20,11 @@ import orjson
 from fastapi import APIRouter, Request, Response
 
 from wagate.simulator.customers import Customer, digits_of
+from wagate.simulator.faults import ConnectionFault
 from wagate.simulator.magic import FAILURE_ERRORS, Fault, fault_for
 from wagate.simulator.payloads import Recipient
-from wagate.simulator.state import (
-    ConnectionFault,
-    HeldSend,
-    SentRecord,
-    SimulatorState,
-    new_wamid,
-    now_pair,
-)
+from wagate.simulator.send_log import SentRecord, new_wamid, now_pair
+from wagate.simulator.state import HeldSend, SimulatorState
 from wagate.simulator.validation import (
     GraphError,
     check_bearer,

@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from wagate.simulator.config import ChannelInfo
 from wagate.simulator.customers import Customer
-from wagate.simulator.state import ChannelInfo
 
 ERROR_HREF = "https://developers.facebook.com/docs/whatsapp/cloud-api/support/error-codes/"
 

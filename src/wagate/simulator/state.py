@@ -1,33 +1,29 @@
-"""The simulator's settings and in-memory state.
+"""The simulator's in-memory state.
 
 All of it lives on the simulator's own event loop and is touched only from there (request handlers
 and webhook tasks), so it needs no locks. Tests and the sandbox reach it over the ``/_sim/`` HTTP
-endpoints.
+endpoints. Its settings are `config.SimulatorConfig`, the sends it accepted `send_log.SentRecord`s.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import copy
 import math
-import time
-import uuid
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, date, datetime
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
+from wagate.simulator.config import ChannelInfo, SimulatorConfig
 from wagate.simulator.customers import CustomerBook
+from wagate.simulator.faults import ConnectionFault, InjectedFailure, InjectedFault
+from wagate.simulator.send_log import RATE_WINDOW_SECONDS, SentRecord, max_in_window
 from wagate.simulator.templates import seed_for
 
 if TYPE_CHECKING:
     from wagate.simulator.payloads import StatusUpdate
 
-RATE_WINDOW_SECONDS = 1.0
 # Meta's announcement of 2026-07-01: from this UTC day a session (free-form) message is charged at the
 # utility rate, and a utility template inside the customer's window is charged too (docs/simulator.md).
 SESSIONS_CHARGED_FROM = date(2026, 10, 1)
@@ -35,151 +31,6 @@ SESSIONS_CHARGED_FROM = date(2026, 10, 1)
 PACED_CATEGORIES = ("MARKETING", "UTILITY")
 # How many of the statuses handed out `/_sim/webhook_burst` can post again.
 STATUSES_KEPT = 100_000
-
-
-@dataclass
-class StatusDelays:
-    """Seconds after acceptance at which each status webhook is sent."""
-
-    sent: float = 0.05
-    delivered: float = 0.1
-    read: float = 0.2
-
-
-@dataclass
-class ChannelInfo:
-    phone_number_id: str
-    waba_id: str
-    display_phone_number: str = "15550000000"
-
-
-@dataclass
-class SimulatorConfig:
-    webhook_url: str | None = None
-    app_secret: str = "simulator-app-secret"  # noqa: S105 - a fake Meta app, not a credential
-    status_delays: StatusDelays = field(default_factory=StatusDelays)
-    read_enabled: bool = False
-    # More than N accepted sends for one phone_number_id within any 1 s window -> 130429.
-    rate_limit_per_second: int | None = None
-    # None accepts any non-empty bearer token.
-    access_tokens: set[str] | None = None
-    auto_statuses: bool = True
-    reorder_statuses: bool = False
-    # Each status webhook goes out this many times (True = twice, as Meta sometimes does; 10 for a storm).
-    duplicate_statuses: bool | int = False
-    slow_response_seconds: float = 30.0
-    # Every accepted send is answered this long after it was recorded: Meta's own processing and the
-    # way back, which the real Cloud API takes a few hundred milliseconds for.
-    response_latency_seconds: float = 0.0
-    # Meta retries undelivered webhooks for days; ten minutes is plenty for a restarted gateway.
-    webhook_retry_total: float = 600.0
-    webhook_retry_initial: float = 0.2
-    webhook_retry_cap: float = 5.0
-    webhook_timeout: float = 10.0
-    # Statuses of one WABA due within this many seconds of the first go out in one POST; 0 = one each.
-    webhook_batch_window_seconds: float = 0.03
-    # The UTC day (YYYY-MM-DD) whose pricing rules the statuses follow; None: today by the real clock.
-    pricing_date: str | None = None
-    # Template pacing: marketing and utility template sends answered `held_for_quality_assessment`
-    # (true: all; a fraction 0..1: that share, every n-th, so a run repeats), their statuses sent only
-    # once released: after `held_release_seconds`, or by `POST /_sim/held/release` when that is None.
-    hold_template_sends: bool | float = False
-    held_release_seconds: float | None = 5.0
-    channels: list[ChannelInfo] = field(default_factory=list)
-
-    def public(self) -> dict[str, Any]:
-        data = asdict(self)
-        data.pop("app_secret")
-        data["access_tokens"] = sorted(self.access_tokens) if self.access_tokens is not None else None
-        return data
-
-
-@dataclass(frozen=True, slots=True)
-class SentRecord:
-    """One accepted send request, as the simulator saw it."""
-
-    received_at: float  # wall clock, Unix seconds
-    received_monotonic: float
-    phone_number_id: str
-    waba_id: str
-    to: str | None  # the number as sent in "to", or the customer's number for a send by user id
-    recipient: str | None  # the BSUID sent in "recipient" (None for a send to a number)
-    user_id: str  # the customer's business-scoped user id
-    type: str
-    # The request's JSON as it came, parsed only when read (`to_json`): a parsed body is a tree of
-    # dozens of objects that the collector's full passes walk, and the simulator keeps every send of
-    # a run (100,000 objects after a few thousand sends, passes of about 90 ms that held up the
-    # receipt stamps the tests measure by); bytes are not walked.
-    body_json: bytes
-    biz_opaque_callback_data: str | None
-    wamid: str
-    template_name: str | None
-    template_language: str | None
-    template_category: str | None
-    # The connection fault the answer to this accepted send met (``reset_after``, ``hang_after``...):
-    # the client never learnt that it was accepted. None when answered as usual.
-    answer_fault: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        data = {name: getattr(self, name) for name in self.__slots__ if name != "body_json"}
-        data["body"] = orjson.loads(self.body_json)
-        data["received_at_iso"] = (
-            datetime.fromtimestamp(self.received_at, UTC).isoformat().replace("+00:00", "Z")
-        )
-        return data
-
-
-@dataclass
-class InjectedFailure:
-    """``fail_next``: the next ``count`` matching sends fail with ``code``.
-
-    ``to`` / ``phone_number_id`` narrow it to one recipient or number, so a send of another test
-    still in flight cannot use the failure up.
-    """
-
-    count: int
-    code: int
-    to: str | None = None  # digits, no '+', or a user id
-    phone_number_id: str | None = None
-
-    def matches(self, phone_number_id: str, recipients: tuple[str, ...]) -> bool:
-        return (self.to is None or self.to in recipients) and (
-            self.phone_number_id is None or self.phone_number_id == phone_number_id
-        )
-
-
-class ConnectionFault(StrEnum):
-    """``fault_next`` kinds: the connection itself fails, as networks and Meta's front ends do.
-
-    ``*_before``: the send is never recorded (it did not reach Meta: no log entry, no status webhook).
-    ``*_after``: it is recorded and its status webhooks follow; only the answer is lost.
-    """
-
-    RESET_BEFORE = "reset_before"  # RST (SO_LINGER 0) instead of an answer; nothing recorded
-    RESET_AFTER = "reset_after"  # recorded, then RST instead of the answer
-    CLOSE_BEFORE = "close_before"  # an orderly close (FIN) without an answer; nothing recorded
-    CLOSE_AFTER = "close_after"  # recorded, then FIN without the answer
-    HANG_BEFORE = "hang_before"  # no answer until the client gives up (then closed); nothing recorded
-    HANG_AFTER = "hang_after"  # recorded, the answer only after slow_response_seconds (fail_next 408)
-
-    @property
-    def reaches_meta(self) -> bool:
-        return self.value.endswith("_after")
-
-
-@dataclass
-class InjectedFault:
-    """``fault_next``: the next ``count`` matching sends meet the connection fault ``kind``."""
-
-    count: int
-    kind: ConnectionFault
-    to: str | None = None  # digits, no '+', or a user id
-    phone_number_id: str | None = None
-
-    def matches(self, phone_number_id: str, recipients: tuple[str, ...]) -> bool:
-        return (self.to is None or self.to in recipients) and (
-            self.phone_number_id is None or self.phone_number_id == phone_number_id
-        )
 
 
 @dataclass
@@ -382,25 +233,3 @@ class SimulatorState:
                 "max_in_any_1s_window": max_in_window([e.received_monotonic for e in entries]),
             }
         return {"phone_number_ids": per_channel, "refused": {str(k): v for k, v in self.refusals.items()}}
-
-
-def max_in_window(times: list[float], window: float = RATE_WINDOW_SECONDS) -> int:
-    """Most events in any half-open window [t, t + window) (two pointers over sorted times)."""
-    ordered = sorted(times)
-    best = 0
-    start = 0
-    for end, t in enumerate(ordered):
-        while t - ordered[start] >= window:
-            start += 1
-        best = max(best, end - start + 1)
-    return best
-
-
-def new_wamid(wa_id: str) -> str:
-    """A unique id in the look of Meta's (``wamid.`` + base64 that embeds the recipient)."""
-    raw = f"{wa_id}:{uuid.uuid4().hex}".encode()
-    return "wamid." + base64.b64encode(raw).decode("ascii")
-
-
-def now_pair() -> tuple[float, float]:
-    return time.time(), time.monotonic()

@@ -23,8 +23,9 @@ from typing import Any
 import aiohttp
 
 from wagate.simulator.batching import StatusBatcher
+from wagate.simulator.config import ChannelInfo
 from wagate.simulator.payloads import Recipient, StatusUpdate, error_item, status_update, statuses_payload
-from wagate.simulator.state import ChannelInfo, SimulatorState
+from wagate.simulator.state import SimulatorState
 
 
 def meta_signature(app_secret: str, raw_body: bytes) -> str:

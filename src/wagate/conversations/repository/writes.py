@@ -11,6 +11,7 @@ from sqlalchemy import Select, bindparam, case, func, literal_column, null, sele
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
+from wagate.conversations.last_message import ENDS_WAITING, LAST_MESSAGE_COLUMNS, LastMessage
 from wagate.conversations.models import (
     HANDLED_BY_APP,
     Contact,
@@ -19,7 +20,6 @@ from wagate.conversations.models import (
     CustomerId,
     MarketingPreference,
 )
-from wagate.conversations.repository.last_message import ENDS_WAITING, LAST_MESSAGE_COLUMNS, LastMessage
 from wagate.core.db import dialect_name, utcnow
 from wagate.core.tables import Base, table_of
 from wagate.core.units import detached

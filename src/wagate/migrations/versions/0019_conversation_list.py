@@ -24,7 +24,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-from wagate.conversations.repository.last_message import LAST_MESSAGE_COLUMNS, LastMessage, written_by
+from wagate.conversations.last_message import LAST_MESSAGE_COLUMNS, LastMessage, written_by
 from wagate.conversations.search import contact_key
 from wagate.core.tables import UTCDateTime
 
@@ -128,7 +128,7 @@ def _fill_last_messages(connection: sa.Connection) -> None:
 
 def _fill_waiting_since(connection: sa.Connection) -> None:
     """The customer's first message that no reply came after (as ENDS_WAITING in
-    conversations/repository/last_message.py decides: an agent's, Meta's AI agent's or a free-form API
+    conversations/last_message.py decides: an agent's, Meta's AI agent's or a free-form API
     message). One statement; the messages of each conversation are read by their conversation_id index."""
     connection.execute(
         sa.text(
