@@ -31,8 +31,9 @@ from wagate.events.endpoints import router as events_router
 from wagate.http.limits import WEBHOOK_PATH, BodyRefused, KeyRateLimiter, RequestGuard
 from wagate.http.openapi import operation_id
 from wagate.http.responses import FastJSONResponse as JSONResponse
-from wagate.messages.endpoints import SEND_PATH, send_message, send_message_fast
 from wagate.messages.endpoints import router as messages_router
+from wagate.messages.endpoints import send_message
+from wagate.messages.send_fast import SEND_PATH, send_message_fast
 from wagate.observability.logs import RequestLog
 from wagate.observability.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from wagate.observability.metrics import Metrics

@@ -1,98 +1,34 @@
 from __future__ import annotations
 
-import json
-import re
 from datetime import datetime
-from typing import Annotated, Any, cast
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Query, Request
-from pydantic import ValidationError
-from starlette.responses import Response
 
-from wagate.accounts.access import GatewayDep, Member, authenticate, get_gateway
-from wagate.accounts.auth import Principal
+from wagate.accounts.access import GatewayDep, Member
 from wagate.channels.service import channel_for_member
 from wagate.conversations.service import window_for
 from wagate.core.db import isoformat
-from wagate.core.errors import invalid_fields, invalid_json
 from wagate.core.phones import normalize_phone_number
 from wagate.events import service as events
 from wagate.events.schemas import DELIVERY_EXAMPLE, delivery_view
 from wagate.http.limits import MAX_ID, Id
 from wagate.http.openapi import CHANNEL_NOT_FOUND, MESSAGE_NOT_FOUND, errors
 from wagate.http.responses import FastJSONResponse as JSONResponse
-from wagate.idempotency import service as idempotency
-from wagate.idempotency.http import answer_once
 from wagate.messages import queries, service
+from wagate.messages.api_examples import DRY_RUN_EXAMPLE, MESSAGE_EXAMPLE, SEND_EXAMPLES
 from wagate.messages.models import MessageStatus
 from wagate.messages.schemas import (
     MessageListOut,
     SendMessageRequest,
     SendMessageResponse,
-    accepted_view,
     message_view,
     preview_view,
 )
-from wagate.runtime.gateway import Gateway
+from wagate.messages.send_fast import accept_once
 
 router = APIRouter()
 COMMON = (401, 403, 422, 503)
-MESSAGE_EXAMPLE: dict[str, Any] = cast(dict[str, Any], MessageListOut.model_config["json_schema_extra"])[
-    "example"
-]["data"][0]
-DRY_RUN_EXAMPLE: dict[str, Any] = {
-    "dry_run": True,
-    "sent_as": "template",
-    "preview": "123456 is your verification code.",
-    "template": {
-        "name": "otp_code",
-        "language": "en",
-        "category": "AUTHENTICATION",
-        "parameters": ["123456"],
-    },
-    "cost": {"amount": "0.024", "currency": "AZN", "category": "AUTHENTICATION"},
-    "window": {
-        "channel_id": 1,
-        "phone_number": "+994501234567",
-        "user_id": None,
-        "open": False,
-        "last_customer_message_at": None,
-        "expires_at": None,
-        "seconds_remaining": 0,
-    },
-}
-SEND_EXAMPLES: dict[str, Any] = {
-    "otp": {
-        "summary": "An OTP (authentication template)",
-        "value": {
-            "channel_id": 1,
-            "phone_number": "+994501234567",
-            "template": {"name": "otp_code", "language": "en", "parameters": ["123456"]},
-        },
-    },
-    "text": {
-        "summary": "Free-form text in the customer's window",
-        "value": {"channel_id": 1, "phone_number": "+994501234567", "text": "Your order has shipped."},
-    },
-    "document": {
-        "summary": "A template with a DOCUMENT header (an invoice)",
-        "value": {
-            "channel_id": 1,
-            "phone_number": "+994501234567",
-            "template": {
-                "name": "invoice_ready",
-                "language": "en",
-                "parameters": {
-                    "header": {
-                        "link": "https://files.example.com/inv/1001.pdf",
-                        "filename": "invoice-1001.pdf",
-                    },
-                    "1": "A-1001",
-                },
-            },
-        },
-    },
-}
 NOT_FOUND = {"_403": "Another account, or not a member of the channel's inbox"}
 
 
@@ -202,50 +138,7 @@ async def send_message(
     if dry_run:  # no idempotency record either: a dry run may be repeated freely
         preview = await service.preview_send(gateway, principal=principal, request=body)
         return JSONResponse(preview_view(preview))
-    return await _accept_once(gateway, principal, body, request.url.path, idempotency_key)
-
-
-async def _accept_once(
-    gateway: Gateway, principal: Principal, body: SendMessageRequest, path: str, idempotency_key: str | None
-) -> JSONResponse:
-    async def accept(idem: idempotency.IdempotentRequest | None) -> JSONResponse:
-        accepted = await service.accept_send(gateway, principal=principal, request=body, idem=idem)
-        return JSONResponse(accepted_view(accepted), status_code=201)
-
-    return await answer_once(gateway, path, principal, body, idempotency_key, accept)
-
-
-# `POST .../whatsapp/messages` without a query string: the send of an OTP, the hottest request there
-# is. WagateApp hands it to `send_message_fast` below the request log and the guard, past FastAPI's
-# dependency solving, body validation and routing, which cost about a sixth of a send's CPU
-# (docs/performance.md, "Where the time goes now"). `send_message` above documents the route and
-# serves the rest (a dry run).
-SEND_PATH = re.compile(r"/v1/accounts/([0-9]{1,10})/whatsapp/messages")
-
-
-async def send_message_fast(request: Request) -> Response:
-    """`send_message` in plain Starlette: the same checks in the same service functions (the key, the
-    account, the body's model, the idempotency rules); errors are raised for WagateApp to answer."""
-    # In FastAPI's order, so both routes answer alike: the body read and parsed, then the key and the
-    # account, then the body's fields.
-    raw = await request.body()
-    try:
-        # The standard library's parser, as FastAPI's: orjson reads an integer beyond 64 bits as a
-        # float, which the body's limits must see to refuse (wagate.http.limits).
-        data = json.loads(raw) if raw else None
-    except (ValueError, RecursionError) as exc:  # not JSON, not UTF-8, a number of 4300+ digits
-        raise invalid_json(exc) from None
-    gateway = get_gateway(request)
-    principal = await authenticate(request, gateway)
-    principal.require_account(int(request.path_params["account_id"]))
-    if data is None:
-        raise invalid_fields([{"type": "missing", "loc": ("body",), "msg": "Field required"}])
-    try:
-        body = SendMessageRequest.model_validate(data, from_attributes=True)  # as FastAPI validates
-    except ValidationError as exc:
-        raise invalid_fields(exc.errors()) from None
-    key = request.headers.get("idempotency-key")
-    return await _accept_once(gateway, principal, body, request.url.path, key)
+    return await accept_once(gateway, principal, body, request.url.path, idempotency_key)
 
 
 @router.get(
