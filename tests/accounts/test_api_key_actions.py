@@ -10,8 +10,9 @@ import pytest
 
 from support.app_in_thread import gateway_in_this_loop, sql
 from support.harness import ADMIN_TOKEN, Simulator
-from wagate.accounts.service import ApiKeyNameTaken, ApiKeyNotFound, UserNotFound, create_api_key, revoke_key
+from wagate.accounts.service import create_api_key, revoke_key
 from wagate.audit.models import SYSTEM
+from wagate.core.errors import ApiKeyNameTaken, ApiKeyNotFound, UserNotFound
 
 
 def user_id(database_url: str, email: str) -> int:

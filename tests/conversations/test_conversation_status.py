@@ -13,8 +13,8 @@ from support.app_in_thread import gateway_in_this_loop
 from support.harness import ADMIN_TOKEN, AGENT_TOKEN, OTHER_TOKEN, OUTSIDER_TOKEN, Simulator
 from wagate.accounts.callers import principal_for_token
 from wagate.conversations.models import ConversationStatus
-from wagate.conversations.service import ConversationNotFound, change_conversation_status
-from wagate.core.errors import Forbidden
+from wagate.conversations.service import change_conversation_status
+from wagate.core.errors import ConversationNotFound, Forbidden
 
 NUMBER = "+994501112233"
 

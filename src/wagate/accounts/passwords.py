@@ -15,16 +15,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from wagate.core.errors import RateLimited
+from wagate.core.errors import PasswordChecksBusy
 
 T = TypeVar("T")
 
 WORKERS = 2
 QUEUE = 16
-
-
-class PasswordChecksBusy(RateLimited):
-    message = "Too many sign-ins at this moment: try again in a second."
 
 
 class PasswordChecks:

@@ -19,12 +19,20 @@ from wagate.accounts.actors import By, record_change
 from wagate.accounts.auth import Principal
 from wagate.accounts.callers import forget_principal
 from wagate.accounts.models import ApiKey, DashboardSession, Role, User
-from wagate.accounts.passwords import PasswordChecksBusy, password_checks
+from wagate.accounts.passwords import password_checks
 from wagate.accounts.sign_in_limits import AttemptKeys, count_attempt, take_back_attempt, uncount_attempt
 from wagate.audit.models import AuditAction
 from wagate.channels.models import Channel, ChannelMember
 from wagate.core.db import Database, utcnow
-from wagate.core.errors import Conflict, InvalidRequest, NotFound, RateLimited, Unauthorized
+from wagate.core.errors import (
+    ApiKeyNameTaken,
+    ApiKeyNotFound,
+    InvalidRequest,
+    PasswordChecksBusy,
+    SignInThrottled,
+    UserNotFound,
+    WrongCredentials,
+)
 from wagate.core.security import (
     hash_api_token,
     hash_password,
@@ -39,21 +47,6 @@ from wagate.runtime.gateway import Gateway
 TOKEN_PREFIX_LENGTH = 12
 # The column's size: a name says what the key is for ("crm", "zapier"), never a secret.
 API_KEY_NAME_LENGTH = 200
-
-
-class ApiKeyNotFound(NotFound):
-    code = "api_key_not_found"
-    message = "No API key with this id exists in the account."
-
-
-class ApiKeyNameTaken(Conflict):
-    code = "api_key_name_taken"
-    message = "This user already has an API key with this name."
-
-
-class UserNotFound(NotFound):
-    code = "user_not_found"
-    message = "No user with this id exists in the account."
 
 
 @dataclass(frozen=True)
@@ -219,15 +212,6 @@ SESSION_LIFETIME = timedelta(hours=12)
 def _no_user_hash() -> str:
     """A password hash of no user, checked when the email is unknown, so that the answer takes as long."""
     return hash_password(secrets.token_urlsafe())
-
-
-class WrongCredentials(Unauthorized):
-    code = "wrong_credentials"
-    message = "The email or the password is wrong."
-
-
-class SignInThrottled(RateLimited):
-    message = "Too many failed sign-ins: wait a moment and try again."
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from wagate.accounts.models import Role, User
 from wagate.audit.models import SYSTEM, AuditAction
 from wagate.channels.models import Channel, ChannelMember
 from wagate.core.cache import Caches, Part, TTLCache
-from wagate.core.errors import ChannelNotFound, Forbidden, NotFound
+from wagate.core.errors import ChannelNotFound, Forbidden, UserNotFound
 from wagate.runtime.gateway import Gateway
 
 # A channel a caller may use, by (user, account, channel): a send checks it on every request. A refusal
@@ -86,11 +86,6 @@ async def channel_id_for_number(caches: Caches, phone_number_id: str) -> int | N
 # --- inbox members, as administrators manage them --------------------------------------------------
 
 
-class MemberNotFound(NotFound):
-    code = "user_not_found"
-    message = "No user with this id exists in the account."
-
-
 @dataclass(frozen=True)
 class InboxMember:
     user_id: int
@@ -155,7 +150,7 @@ def _channel_and_user(session: Session, *, account_id: int, channel_id: int, use
         raise ChannelNotFound()
     email = session.scalar(select(User.email).where(User.id == user_id, User.account_id == account_id))
     if email is None:
-        raise MemberNotFound()
+        raise UserNotFound()
     return channel_name, email
 
 

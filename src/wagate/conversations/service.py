@@ -28,7 +28,7 @@ from wagate.conversations.repository.customer_lookups import (
 from wagate.conversations.repository.writes import first_user_id, set_status
 from wagate.conversations.search import QUERY_LENGTH
 from wagate.core.db import utcnow
-from wagate.core.errors import MarketingPreferenceStopped, NotFound
+from wagate.core.errors import ConversationNotFound, MarketingPreferenceStopped
 from wagate.core.live import LiveChange, LiveKind, record_live
 from wagate.events.models import EventKind
 from wagate.events.publish import ConversationChange, publish_conversation_changes
@@ -36,11 +36,6 @@ from wagate.events.subscriptions import current_subscriptions
 from wagate.runtime.gateway import Gateway
 
 WINDOW = timedelta(hours=24)
-
-
-class ConversationNotFound(NotFound):
-    code = "conversation_not_found"
-    message = "No conversation with this id exists in the account."
 
 
 def window_of(last_customer_message_at: datetime | None) -> Window:

@@ -37,6 +37,11 @@ class Unauthorized(WagateError):
     message = "A valid API key is required: send it as 'Authorization: Bearer <key>'."
 
 
+class WrongCredentials(Unauthorized):
+    code = "wrong_credentials"
+    message = "The email or the password is wrong."
+
+
 class Forbidden(WagateError):
     status_code = 403
     code = "forbidden"
@@ -70,6 +75,31 @@ class BatchNotFound(NotFound):
     message = "No batch with this id exists in the account (batches are kept 7 days)."
 
 
+class ConversationNotFound(NotFound):
+    code = "conversation_not_found"
+    message = "No conversation with this id exists in the account."
+
+
+class UserNotFound(NotFound):
+    code = "user_not_found"
+    message = "No user with this id exists in the account."
+
+
+class ApiKeyNotFound(NotFound):
+    code = "api_key_not_found"
+    message = "No API key with this id exists in the account."
+
+
+class WebhookNotFound(NotFound):
+    code = "webhook_not_found"
+    message = "No webhook with this id exists in the account."
+
+
+class DeliveryNotFound(NotFound):
+    code = "delivery_not_found"
+    message = "No delivery with this id exists for the webhook."
+
+
 class MethodNotAllowed(WagateError):
     status_code = 405
     code = "method_not_allowed"
@@ -84,6 +114,16 @@ class Conflict(WagateError):
 class IdempotencyKeyInUse(Conflict):
     code = "idempotency_key_in_use"
     message = "A request with this Idempotency-Key is still being processed; retry shortly."
+
+
+class ApiKeyNameTaken(Conflict):
+    code = "api_key_name_taken"
+    message = "This user already has an API key with this name."
+
+
+class WebhookDisabled(Conflict):
+    code = "webhook_disabled"
+    message = "The webhook is disabled; enable it before re-delivering its events."
 
 
 class PayloadTooLarge(WagateError):
@@ -209,6 +249,14 @@ class RateLimited(WagateError):
     status_code = 429
     code = "rate_limited"
     message = "Too many requests; retry after the time in Retry-After."
+
+
+class SignInThrottled(RateLimited):
+    message = "Too many failed sign-ins: wait a moment and try again."
+
+
+class PasswordChecksBusy(RateLimited):
+    message = "Too many sign-ins at this moment: try again in a second."
 
 
 class NotReady(WagateError):

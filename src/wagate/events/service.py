@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from wagate.accounts.actors import By, record_change
 from wagate.audit.models import SECRET_SET, Actor, AuditAction, Via
-from wagate.core.errors import Conflict, NotFound
+from wagate.core.errors import DeliveryNotFound, WebhookDisabled, WebhookNotFound
 from wagate.core.ids import new_id
 from wagate.core.security import SecretBox
 from wagate.core.units import detached
@@ -28,21 +28,6 @@ from wagate.runtime.gateway import Gateway
 
 # Who acts when a caller does not say: the API's webhook endpoints, until they pass their principal.
 UNSAID = Actor(Via.api_key)
-
-
-class WebhookNotFound(NotFound):
-    code = "webhook_not_found"
-    message = "No webhook with this id exists in the account."
-
-
-class DeliveryNotFound(NotFound):
-    code = "delivery_not_found"
-    message = "No delivery with this id exists for the webhook."
-
-
-class WebhookDisabled(Conflict):
-    code = "webhook_disabled"
-    message = "The webhook is disabled; enable it before re-delivering its events."
 
 
 def new_secret() -> str:

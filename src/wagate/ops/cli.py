@@ -12,6 +12,7 @@ import typer
 import uvicorn
 
 from wagate.core.config import Settings, get_settings
+from wagate.core.errors import UserNotFound
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="wagate: outbound WhatsApp gateway.")
 templates_app = typer.Typer(no_args_is_help=True, help="Message templates.")
@@ -194,7 +195,7 @@ def secrets_rotate(
 def users_sign_out(email: Annotated[str, typer.Argument(help="The user's email.")]) -> None:
     """End every dashboard session of the user (a lost laptop, a leaked cookie): their open pages must
     sign in again, in every process. Prints how many sessions ended; exits 1 for an unknown email."""
-    from wagate.accounts.service import UserNotFound, sign_out_everywhere
+    from wagate.accounts.service import sign_out_everywhere
     from wagate.core.db import Database
 
     settings = get_settings()
