@@ -21,9 +21,11 @@ from sqlalchemy import NullPool, create_engine, text
 import wagate.runtime.gateway
 from support.harness import APP_SECRET, VERIFY_TOKEN, Gateway, Simulator, provision_file
 from wagate.api.app import create_app
+from wagate.api.process import GatewayProcess
 from wagate.core.config import Settings
 from wagate.core.migrate import migrate, sync_url
 from wagate.http.serving import guarded_protocol
+from wagate.observability.metrics import Metrics
 from wagate.ops.operations import run_provision
 from wagate.ops.provisioning import ProvisionFile
 from wagate.simulator.server import serve_in_background, start_in_thread
@@ -115,6 +117,24 @@ def sql(database_url: str, statement: str, **params: Any) -> list[tuple[Any, ...
             return [tuple(row) for row in result] if result.returns_rows else []
     finally:
         engine.dispose()
+
+
+@asynccontextmanager
+async def services_only(
+    database_url: str, simulator: Simulator, **settings: Any
+) -> AsyncIterator[tuple[wagate.runtime.gateway.Gateway, dict[str, int]]]:
+    """The `Gateway` value of a process built as `wagate serve` builds it, with no HTTP server and no
+    dispatcher running (sends are stored ready, as for a process that does not own the channel): for
+    tests of a service function called directly. Meta is the simulator, which provisioning asks for
+    the templates."""
+    config = gateway_settings(database_url, simulator, Fernet.generate_key().decode(), **settings)
+    migrate(database_url)
+    ids = _ids(await run_provision(config, ProvisionFile.model_validate(provision_file())))
+    process = GatewayProcess.build(config, Metrics(), dispatcher_runs=False)
+    try:
+        yield process.gateway(), ids
+    finally:
+        await process.stop()
 
 
 @asynccontextmanager

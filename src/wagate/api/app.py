@@ -28,7 +28,7 @@ from wagate.core.config import Settings, get_settings
 from wagate.core.errors import MethodNotAllowed, NotFound, NotReady, WagateError, invalid_fields, invalid_json
 from wagate.dashboard import install_dashboard
 from wagate.events.endpoints import router as events_router
-from wagate.http.limits import WEBHOOK_PATH, BodyRefused, KeyRateLimiter, RequestGuard
+from wagate.http.limits import WEBHOOK_PATH, BodyRefused, RequestGuard
 from wagate.http.openapi import operation_id
 from wagate.http.responses import FastJSONResponse as JSONResponse
 from wagate.messages.endpoints import router as messages_router
@@ -37,7 +37,6 @@ from wagate.messages.send_fast import SEND_PATH, send_message_fast
 from wagate.observability.logs import RequestLog
 from wagate.observability.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from wagate.observability.metrics import Metrics
-from wagate.runtime.gateway import Gateway
 from wagate.templates.endpoints import router as templates_router
 from wagate.usage.endpoints import router as usage_api
 from wagate.whatsapp.receiver import ReceiverDeps
@@ -165,17 +164,7 @@ def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True)
         db, dispatcher, caches = process.db, process.dispatcher, process.caches
         app.state.health = process.checks
         # The two typed values handlers get (wagate.accounts.access.get_gateway, whatsapp.receiver._deps).
-        key_rates = KeyRateLimiter(settings.api_key_requests_per_second, settings.api_key_burst)
-        app.state.gateway = Gateway(
-            db,
-            settings,
-            process.secret_box,
-            process.client,
-            caches,
-            dispatcher,
-            process.live,
-            key_rates,
-        )
+        app.state.gateway = process.gateway()
         app.state.receiver = ReceiverDeps(
             db,
             settings,

@@ -14,8 +14,10 @@ from wagate.core.db import Database
 from wagate.core.live_hub import LiveHub
 from wagate.core.security import SecretBox, secret_box_for
 from wagate.dispatch.dispatcher import Dispatcher
+from wagate.http.limits import KeyRateLimiter
 from wagate.http.serving import settle_heap
 from wagate.observability.metrics import Metrics
+from wagate.runtime.gateway import Gateway
 from wagate.whatsapp.client import CloudApiClient
 
 
@@ -45,6 +47,20 @@ class GatewayProcess:
         )
         checks = HealthChecks(db, metrics, dispatcher, dispatcher_runs=dispatcher_runs)
         return cls(settings, db, client, secret_box, caches, LiveHub(db), metrics, dispatcher, checks)
+
+    def gateway(self) -> Gateway:
+        """The runtime value the services, the pages and the handlers of this process take."""
+        key_rates = KeyRateLimiter(self.settings.api_key_requests_per_second, self.settings.api_key_burst)
+        return Gateway(
+            self.db,
+            self.settings,
+            self.secret_box,
+            self.client,
+            self.caches,
+            self.dispatcher,
+            self.live,
+            key_rates,
+        )
 
     async def start(self, *, dispatch: bool, hear_live: bool) -> None:
         """`hear_live`: listen for what other processes commit (PostgreSQL), for the pages a serving
