@@ -34,7 +34,13 @@ STEPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("guard (query, body and rate limits)", ("wagate/http/limits.py", "wagate/http/serving.py")),
     (
         "auth and caches",
-        ("wagate/runtime/lookups.py", "wagate/core/cache.py", "accounts/auth.py", "wagate/core/security.py"),
+        (
+            "accounts/callers.py",
+            "accounts/access.py",
+            "wagate/core/cache.py",
+            "accounts/auth.py",
+            "wagate/core/security.py",
+        ),
     ),
     ("phone number checks", ("wagate/core/phones.py", "phonenumbers/")),
     ("template binding and rendering", ("wagate/templates/", "bind_template")),
@@ -90,7 +96,7 @@ STEPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("contacts and conversations", ("conversations/",)),
     (
         "send: endpoint and response",
-        ("messages/endpoints.py", "wagate/http/responses.py", "wagate/api/deps.py"),
+        ("messages/endpoints.py", "messages/send_fast.py", "wagate/http/responses.py"),
     ),
     (
         "units of work: batching and commit",
