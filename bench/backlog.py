@@ -13,7 +13,7 @@ size and database this script:
 3. times `claim_sends` (the lane's own function: 25 rows, best priority first, then by id) `--claims`
    times, each in a transaction rolled back so the backlog stays the same; p50 / p90 in ms.
 
-    .venv/bin/python bench/backlog.py [--sizes 1000,100000,300000] [--backends sqlite,postgresql]
+    .venv/bin/python bench/backlog.py [--sizes 1000,100000,300000] [--databases sqlite,postgresql]
                                       [--stale-statistics]
 
 docs/performance.md ("A claim behind a backlog") records a run.
@@ -30,16 +30,18 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from common import (
+    add_databases_option,
+    database_for,
+    databases_of,
     latency_summary_ms,
-    postgres_available,
     run_command,
-    throwaway_postgres_database,
     utc_stamp,
     wagate_command,
 )
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.orm import Session
 
+from wagate.core.migrate import sync_url
 from wagate.dispatch.send_claims import claim_sends
 
 CLAIM_SIZE = 25
@@ -67,7 +69,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--sizes", default="1000,100000,300000", help="backlog sizes, comma-separated")
-    parser.add_argument("--backends", default="sqlite,postgresql")
+    add_databases_option(parser)
     parser.add_argument("--claims", type=int, default=30, help="claims timed per size")
     parser.add_argument(
         "--stale-statistics",
@@ -75,7 +77,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="analyze the outbox once, just drained (periodic jobs only; autovacuum then off on "
         "PostgreSQL), instead of after each fill",
     )
-    return parser.parse_args(argv)
+    settings = parser.parse_args(argv)
+    settings.databases = databases_of(parser, settings.databases)
+    return settings
 
 
 PERIODIC_JOBS = """
@@ -101,10 +105,10 @@ def drained(engine: Engine, fill: str) -> None:
             connection.execute(text("ALTER TABLE outbox SET (autovacuum_enabled = false)"))
 
 
-def measure(url: str, sync_url: str, sizes: list[int], claims: int, *, stale: bool = False) -> list[dict]:
+def measure(url: str, sizes: list[int], claims: int, *, stale: bool = False) -> list[dict]:
     run_command([*wagate_command(), "migrate"], env={**os.environ, "WAGATE_DATABASE_URL": url})
-    engine = create_engine(sync_url)
-    fill = FILL_SQLITE if sync_url.startswith("sqlite") else FILL_POSTGRES
+    engine = create_engine(sync_url(url))
+    fill = FILL_SQLITE if engine.dialect.name == "sqlite" else FILL_POSTGRES
     if stale:
         drained(engine, fill)
     rows: list[dict] = []
@@ -144,25 +148,13 @@ def main(argv: list[str] | None = None) -> int:
     sizes = sorted(int(s) for s in settings.sizes.split(","))
     print(f"claims behind a backlog, {utc_stamp()}: {CLAIM_SIZE} rows each, {settings.claims} claims a size")
     print(f"{'database':<12} {'backlog':>9} {'p50 ms':>8} {'p90 ms':>8}")
-    for backend in settings.backends.split(","):
-        if backend == "sqlite":
-            with tempfile.TemporaryDirectory(prefix="wagate-backlog-") as tmp:
-                path = Path(tmp) / "backlog.db"
-                results = measure(
-                    f"sqlite+aiosqlite:///{path}",
-                    f"sqlite:///{path}",
-                    sizes,
-                    settings.claims,
-                    stale=settings.stale_statistics,
-                )
-        elif backend == "postgresql" and postgres_available():
-            with throwaway_postgres_database() as (url, _name):
-                results = measure(url, url, sizes, settings.claims, stale=settings.stale_statistics)
-        else:
-            print(f"{backend:<12} skipped: no database at 127.0.0.1:5432", file=sys.stderr)
-            continue
-        for row in results:
-            print(f"{backend:<12} {row['backlog']:>9} {row['p50_ms']:>8.2f} {row['p90_ms']:>8.2f}")
+    for database in settings.databases:
+        with database_for(database) as place, tempfile.TemporaryDirectory(prefix="wagate-backlog-") as tmp:
+            if place is None:
+                continue
+            url = place[0] or f"sqlite+aiosqlite:///{Path(tmp) / 'backlog.db'}"
+            for row in measure(url, sizes, settings.claims, stale=settings.stale_statistics):
+                print(f"{database:<12} {row['backlog']:>9} {row['p50_ms']:>8.2f} {row['p90_ms']:>8.2f}")
     return 0
 
 

@@ -1,9 +1,10 @@
-"""Shared pieces of the benchmarks: child processes, readiness waits, percentiles, /proc figures (RSS,
-CPU), a throwaway PostgreSQL database, waiting for a quiet machine, and py-spy profiles.
+"""The harness every benchmark shares: child processes, readiness waits, percentiles, /proc figures (RSS,
+CPU), a throwaway PostgreSQL database, waiting for a quiet machine, a slower machine (a CPU quota),
+py-spy profiles, the options the benchmarks have in common, and their log and JSON output.
 
 Neighbours: loadgen.py (closed- and open-loop HTTP load), stack.py (a whole gateway: simulator,
-migrate, provision, serve). bench/ is not a package: scripts run as `python bench/x.py`, so Python
-puts bench/ first on sys.path and `from common import ...` works.
+migrate, provision, serve; and the bare endpoint). bench/ is not a package: scripts run as
+`python bench/x.py`, so Python puts bench/ first on sys.path and `from common import ...` works.
 
 Everything listens on 127.0.0.1 only. Every wait is bounded in time, every loop in count or time, and
 every process and directory made here is removed by the context manager or `stop()` that made it.
@@ -11,6 +12,7 @@ every process and directory made here is removed by the context manager or `stop
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import contextlib
 import datetime
@@ -90,29 +92,6 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((LOOPBACK, 0))
         return int(sock.getsockname()[1])
-
-
-def port_answers(port: int, host: str = LOOPBACK, timeout: float = 1.0) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-def wait_port(
-    port: int, *, host: str = LOOPBACK, timeout: float = 30.0, process: ManagedProcess | None = None
-) -> float:
-    """Wait until something accepts TCP connections on host:port; returns the seconds it took."""
-    start = time.monotonic()
-    deadline = start + timeout
-    while time.monotonic() < deadline:
-        if process is not None and not process.alive:
-            raise RuntimeError(f"{process.name} exited before port {port} opened:\n{process.tail()}")
-        if port_answers(port, host, timeout=0.5):
-            return time.monotonic() - start
-        time.sleep(0.05)
-    raise RuntimeError(f"nothing listens on {host}:{port} after {timeout} s")
 
 
 class ManagedProcess:
@@ -250,7 +229,7 @@ def sigterm_as_interrupt() -> Callable[[], bool]:
 
 
 def proc_status_kb(pid: int, key: str) -> int | None:
-    """A `kB` line of /proc/<pid>/status (VmRSS: now, VmHWM: peak over the process's life)."""
+    """A `kB` line of /proc/<pid>/status (VmHWM: the peak RSS over the process's life)."""
     try:
         with open(f"/proc/{pid}/status") as status:
             for line in status:
@@ -259,11 +238,6 @@ def proc_status_kb(pid: int, key: str) -> int | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
-
-
-def rss_mb(pid: int) -> float | None:
-    kb = proc_status_kb(pid, "VmRSS")
-    return None if kb is None else round(kb / 1024, 1)
 
 
 def peak_rss_mb(pid: int) -> float | None:
@@ -415,6 +389,22 @@ def postgres_backend_pids(database: str, admin_url: str = POSTGRES_ADMIN_URL) ->
     return [int(r[0]) for r in rows]
 
 
+@contextlib.contextmanager
+def database_for(database: str) -> Iterator[tuple[str | None, str | None] | None]:
+    """Where a run on `database` keeps its data: for "sqlite" (None, None), the gateway's stack makes a
+    file of its own; for "postgresql" a throwaway database's (SQLAlchemy URL, name), dropped afterwards,
+    or None (logged) when PostgreSQL does not answer."""
+    if database == "sqlite":
+        yield None, None
+    elif not postgres_available():
+        log("postgresql: nothing answers at 127.0.0.1:5432 as user postgres; skipped")
+        yield None
+    else:
+        with throwaway_postgres_database() as (url, name):
+            log(f"postgresql: throwaway database {name}")
+            yield url, name
+
+
 # --------------------------------------------------------------------------- a quiet machine
 
 
@@ -437,6 +427,17 @@ def wait_for_quiet(
         if other < threshold_pct or time.monotonic() - start >= timeout:
             break
     return {"other_pct": other, "waited_s": round(time.monotonic() - start, 1)}
+
+
+def quiet_machine(pids: Iterable[int], *, wait: float, threshold: float) -> dict[str, float]:
+    """`wait_for_quiet` as the benchmarks call it before a measured phase (`--quiet-wait 0`: not at all);
+    says so when the machine stayed busy, and the figures are then a lower bound."""
+    if wait <= 0:
+        return {"other_pct": math.nan, "waited_s": 0.0}
+    state = wait_for_quiet(pids, threshold_pct=threshold, timeout=wait)
+    if state["other_pct"] >= threshold:
+        log(f"  the machine is not quiet: others use {state['other_pct']} % of a core; measuring anyway")
+    return state
 
 
 # --------------------------------------------------------------------------- a slower machine
@@ -493,78 +494,31 @@ def py_spy_command() -> str | None:
     return shutil.which("py-spy")
 
 
-def start_py_spy(
-    pid: int, output: Path, duration: float, *, gil_only: bool = True, rate: int = 250
-) -> subprocess.Popen[bytes]:
-    """Sample `pid` for `duration` s into a collapsed-stack file (flamegraph.pl / speedscope read it)."""
+@contextlib.contextmanager
+def py_spy(pid: int, directory: Path | None, name: str, seconds: float) -> Iterator[None]:
+    """With `--py-spy DIR`, sample `pid` while the block runs (at most `seconds`) into DIR/<name>.txt,
+    py-spy's raw collapsed stacks of the thread holding the GIL, for bench/layers.py. Without, nothing."""
+    if directory is None:
+        yield
+        return
     command = py_spy_command()
     if command is None:
         raise RuntimeError("py-spy is not installed (pip install py-spy into the venv)")
-    argv = [command, "record", "--pid", str(pid), "--duration", str(max(1, round(duration)))]
-    argv += ["--rate", str(rate), "--format", "raw", "--output", str(output), "--nonblocking"]
-    if gil_only:
-        argv.append("--gil")  # only the thread holding the GIL: where the server's Python time goes
-    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-# Where a sample's innermost frame lives, first match wins (py-spy frames look like
-# "function (package/module.py:line)"; the event loop's own C code shows as "Runner.run (asyncio/...)").
-_LIBRARIES = (
-    ("aiosqlite", "aiosqlite (thread hand-offs)"),
-    ("psycopg", "psycopg"),
-    ("sqlalchemy", "sqlalchemy"),
-    ("greenlet", "sqlalchemy"),
-    ("pydantic", "pydantic"),
-    ("fastapi", "fastapi/starlette"),
-    ("starlette", "fastapi/starlette"),
-    ("uvicorn", "uvicorn"),
-    ("aiohttp", "aiohttp"),
-    ("wagate/", "wagate"),
-    ("phonenumbers", "phonenumbers"),
-    ("asyncio/", "event loop"),
-    ("selectors", "event loop"),
-)
-
-
-def _library(frame: str) -> str:
-    for needle, name in _LIBRARIES:
-        if needle in frame:
-            return name
-    return "other"
-
-
-def summarize_collapsed(path: Path, top: int = 25) -> dict[str, Any]:
-    """A collapsed-stack file in brief: share of samples by library of the innermost frame, top frames
-    by own samples, and wagate's functions by samples with the function anywhere on the stack."""
-    own: dict[str, int] = {}
-    inclusive: dict[str, int] = {}
-    libraries: dict[str, int] = {}
-    total = 0
-    with path.open() as stacks:
-        for line in stacks:
-            frames_text, _, count_text = line.rstrip("\n").rpartition(" ")
-            if not frames_text or not count_text.isdigit():
-                continue
-            count = int(count_text)
-            total += count
-            frames = frames_text.split(";")
-            own[frames[-1]] = own.get(frames[-1], 0) + count
-            library = _library(frames[-1])
-            libraries[library] = libraries.get(library, 0) + count
-            for frame in set(frames):
-                inclusive[frame] = inclusive.get(frame, 0) + count
-
-    def ranked(counts: dict[str, int], limit: int) -> list[tuple[str, float]]:
-        best = sorted(counts.items(), key=lambda item: -item[1])[:limit]
-        return [(frame, round(100 * n / max(total, 1), 1)) for frame, n in best]
-
-    wagate_frames = {f: n for f, n in inclusive.items() if "wagate/" in f and "ops/cli.py" not in f}
-    return {
-        "samples": total,
-        "by_library_pct": dict(ranked(libraries, len(libraries))),
-        "own_pct": ranked(own, top),
-        "wagate_inclusive_pct": ranked(wagate_frames, top),
-    }
+    directory.mkdir(parents=True, exist_ok=True)
+    argv = [command, "record", "--pid", str(pid), "--duration", str(max(1, round(seconds)))]
+    argv += ["--rate", "250", "--format", "raw", "--output", str(directory / f"{name}.txt")]
+    argv += ["--nonblocking", "--gil"]  # only the thread holding the GIL: where the Python time goes
+    spy = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield
+    finally:
+        if spy.poll() is None:
+            spy.send_signal(signal.SIGINT)  # the measured part is over; py-spy writes what it sampled
+        try:
+            spy.wait(30)
+        except subprocess.TimeoutExpired:
+            spy.kill()
+            spy.wait(5)
 
 
 def no_nan(value: Any) -> Any:
@@ -581,3 +535,91 @@ def no_nan(value: Any) -> Any:
 def utc_stamp() -> str:
     """Now, in UTC, to the second, for a report's date."""
     return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def cpu_ms_per(pct: float | None, per_second: float | None) -> float | None:
+    """CPU milliseconds per unit of work from a group's % of one core and units a second: steadier than
+    the rate itself on a busy machine."""
+    if pct is None or not per_second:
+        return None
+    return round(pct * 10 / per_second, 3)
+
+
+# --------------------------------------------------------------------------- options and output
+
+
+DATABASES = ("sqlite", "postgresql")
+
+
+def add_databases_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--databases",
+        default=",".join(DATABASES),
+        help="comma-separated; postgresql is skipped when 127.0.0.1:5432 does not answer",
+    )
+
+
+def databases_of(parser: argparse.ArgumentParser, text: str) -> list[str]:
+    """The value of `--databases`, checked, in the order given."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    for name in names:
+        if name not in DATABASES:
+            parser.error(f"unknown database {name!r} (choose from {', '.join(DATABASES)})")
+    return names
+
+
+def add_quiet_options(parser: argparse.ArgumentParser, wait: float) -> None:
+    parser.add_argument(
+        "--quiet-wait",
+        type=float,
+        default=wait,
+        help="before each measured phase, wait up to this many seconds for other work on the machine to stop",
+    )
+    parser.add_argument(
+        "--quiet-threshold", type=float, default=25.0, help="'quiet': others use < this %% of one core"
+    )
+
+
+def add_cpu_quota_option(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--cpu-quota",
+        type=float,
+        default=None,
+        metavar="CORES",
+        help=f"run {what} on at most this much CPU (a slower machine; root; see common.limit_cpu)",
+    )
+
+
+def add_py_spy_option(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--py-spy",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help=f"sample `wagate serve` with py-spy (GIL holder) {what}; stacks to DIR, for bench/layers.py",
+    )
+
+
+def add_json_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", type=Path, default=None, help="write every figure to this file")
+
+
+def write_json(path: Path | None, results: Any) -> None:
+    if path is None:
+        return
+    path.write_text(json.dumps(no_nan(results), indent=2, default=str) + "\n")
+    log(f"wrote {path}")
+
+
+def log(message: str) -> None:
+    """Progress, on stderr with the time; the report itself goes to stdout."""
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def fmt(value: Any, digits: int = 1) -> str:
+    """A figure for a report's table: '-' when it is missing."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)

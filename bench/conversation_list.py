@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import secrets
 import statistics
 import tempfile
 import time
@@ -23,11 +22,10 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import psycopg
+from common import add_databases_option, database_for, databases_of
 from sqlalchemy import Connection, create_engine, insert
 from sqlalchemy.pool import NullPool
 
-from wagate.accounts.auth import Principal
 from wagate.accounts.models import Account, Role, User
 from wagate.channels.models import Channel, ChannelMember
 from wagate.conversations.models import Contact, Conversation, ConversationStatus
@@ -36,28 +34,18 @@ from wagate.core.db import Database, utcnow
 from wagate.core.migrate import migrate, sync_url
 from wagate.core.tables import table_of
 
-POSTGRES_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
-
 
 @contextlib.contextmanager
-def scratch_database(database: str) -> Iterator[str]:
-    """A database of its own, migrated to head, dropped afterwards: "sqlite" or "postgresql"."""
-    with tempfile.TemporaryDirectory() as scratch:
-        name = None
-        if database == "sqlite":
-            url = f"sqlite+aiosqlite:///{Path(scratch) / 'bench.db'}"
-        else:
-            name = "wagate_bench_" + secrets.token_hex(4)
-            with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as conn:
-                conn.execute(f'CREATE DATABASE "{name}"')
-            url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
-        try:
-            migrate(url)
-            yield url
-        finally:
-            if name is not None:
-                with psycopg.connect(POSTGRES_ADMIN, autocommit=True) as conn:
-                    conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+def scratch_database(database: str) -> Iterator[str | None]:
+    """A database of its own ("sqlite" or "postgresql"), migrated to head, dropped afterwards; None
+    when PostgreSQL does not answer."""
+    with database_for(database) as place, tempfile.TemporaryDirectory() as scratch:
+        if place is None:
+            yield None
+            return
+        url = place[0] or f"sqlite+aiosqlite:///{Path(scratch) / 'bench.db'}"
+        migrate(url)
+        yield url
 
 
 def add_account_and_inboxes(connection: Connection, now: datetime, *, agent_name: str = "A") -> None:
@@ -185,11 +173,12 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--conversations", type=int, default=100_000)
-    parser.add_argument("--databases", default="sqlite,postgresql")
+    add_databases_option(parser)
     args = parser.parse_args()
-    _ = Principal  # the service checks membership; the list itself is what is timed here
-    for database in args.databases.split(","):
+    for database in databases_of(parser, args.databases):
         with scratch_database(database) as url:
+            if url is None:
+                continue
             started = time.perf_counter()
             fill(url, args.conversations)
             took = time.perf_counter() - started

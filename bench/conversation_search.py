@@ -12,8 +12,7 @@ with capitals and without diacritics as agents type them, it times the first pag
 tab and of "Needs reply", of all inboxes and of one, each as
 - `page`: the page's rows (`list_conversations`), and
 - `page + counts`: the rows and the tabs' counts (`count_conversations`), what the page runs,
-and prints p50 and p99 over `--runs` runs of each. On PostgreSQL it says whether the trigram indexes
-of migration 0019 exist (pg_trgm could be created) and what the plan of the rare search reads.
+and prints p50 and p99 over `--runs` runs of each.
 """
 
 # Names and messages as customers write them: Azerbaijani and Turkish have a dotless i.
@@ -29,23 +28,23 @@ import time
 from datetime import timedelta
 from typing import Any
 
+from common import add_databases_option, databases_of
 from conversation_list import add_account_and_inboxes, scratch_database
 from sqlalchemy import create_engine, insert, text
 from sqlalchemy.pool import NullPool
 
+from wagate.conversations.last_message import FROM_AGENT, FROM_CUSTOMER, FROM_TEMPLATE, LastMessage
 from wagate.conversations.models import Contact, Conversation, ConversationStatus, CustomerId
 from wagate.conversations.repository.conversation_list import (
     NEEDS_REPLY,
     count_conversations,
     list_conversations,
 )
-from wagate.conversations.repository.last_message import FROM_AGENT, FROM_CUSTOMER, FROM_TEMPLATE, LastMessage
 from wagate.conversations.search import contact_key
 from wagate.core.db import Database, utcnow
 from wagate.core.migrate import sync_url
 from wagate.core.tables import table_of
 
-POSTGRES_ADMIN = "postgresql://postgres@127.0.0.1:5432/postgres"
 FIRST = ["Şəhla", "Elçin", "Aysel", "Rəşad", "Günel", "Tural", "Nərmin", "İlkin", "Ülviyyə", "Kamran",
          "Людмила", "Сергей", "Наталья", "Алёна", "Mehmet", "Ayşe", "Gülşən", "Orxan", "Səbinə",
          "Fərid"]  # fmt: skip
@@ -163,44 +162,22 @@ async def measure(url: str, runs: int) -> list[tuple[str, float, float, int]]:
     return figures
 
 
-def postgres_notes(url: str) -> list[str]:
-    engine = create_engine(sync_url(url), poolclass=NullPool)
-    try:
-        with engine.connect() as connection:
-            indexes = connection.execute(
-                text("SELECT indexname FROM pg_indexes WHERE indexdef LIKE '%gin_trgm_ops%' ORDER BY 1")
-            ).scalars()
-            found = list(indexes)
-            plan = connection.execute(
-                text(
-                    "EXPLAIN SELECT c.id FROM conversations c JOIN contacts k ON k.id = c.contact_id"
-                    " WHERE c.account_id = 1 AND c.channel_id IN (1, 2) AND c.status = 'open'"
-                    " AND (k.search_key LIKE '%zumrud sixeli%' OR c.last_message_key LIKE '%zumrud sixeli%')"
-                    " ORDER BY c.last_activity_at DESC, c.id DESC LIMIT 51"
-                )
-            ).scalars()
-            return [f"trigram indexes: {', '.join(found) or 'none'}", "plan of the rare search:", *plan]
-    finally:
-        engine.dispose()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--conversations", type=int, default=100_000)
     parser.add_argument("--runs", type=int, default=50)
-    parser.add_argument("--databases", default="sqlite,postgresql")
+    add_databases_option(parser)
     args = parser.parse_args()
-    for database in args.databases.split(","):
+    for database in databases_of(parser, args.databases):
         with scratch_database(database) as url:
+            if url is None:
+                continue
             started = time.perf_counter()
             fill(url, args.conversations)
             took = time.perf_counter() - started
             print(f"{database}: {args.conversations} conversations made in {took:.1f} s")
-            if database != "sqlite":
-                for line in postgres_notes(url):
-                    print(f"  {line}")
             for what, p50, p99, found in asyncio.run(measure(url, args.runs)):
                 print(f"  {what:<62} p50 {p50:7.2f} ms  p99 {p99:7.2f} ms  ({found} rows)")
 

@@ -17,19 +17,16 @@ For each database:
 Exits 1 when an event was lost or a signature did not verify; a rate below the target is a finding,
 reported as such, not a failure.
 
-    .venv/bin/python bench/events_delivery.py [--events 20000] [--backends sqlite,postgresql]
+    .venv/bin/python bench/events_delivery.py [--events 20000] [--databases sqlite,postgresql]
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import math
-import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,24 +39,27 @@ from common import (
     LOOPBACK,
     PYTHON,
     ManagedProcess,
+    add_databases_option,
+    add_json_option,
+    add_quiet_options,
     cpu_snapshot,
     cpu_usage,
+    database_for,
+    databases_of,
+    fmt,
     free_port,
     http_json,
     latency_summary_ms,
-    no_nan,
+    log,
     peak_rss_mb,
-    postgres_available,
     postgres_backend_pids,
+    quiet_machine,
     sigterm_as_interrupt,
-    start_py_spy,
-    summarize_collapsed,
-    throwaway_postgres_database,
     utc_stamp,
-    wait_for_quiet,
     wait_http_ok,
+    write_json,
 )
-from sqlalchemy import Engine, create_engine, func, select
+from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 from stack import GatewayStack, next_phone_number
 
@@ -72,23 +72,17 @@ from wagate.outbox.models import JobKind, OutboxJob
 TARGET_PER_SECOND = 1000.0  # DESIGN.md, "Targets"
 SECRET_ENV = "WAGATE_BENCH_RECEIVER_SECRET"  # noqa: S105 - the variable bench/event_receiver.py reads
 STALL_SECONDS = 60.0  # no new arrival for this long: the lane is stuck, stop waiting
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+TIMEOUT_SECONDS = 900.0  # the longest wait for a backlog
+VERIFY_EVERY = 100  # the receiver checks the signature of every n-th request
 
 
 class Settings(argparse.Namespace):
     events: int
     warmup: int
-    backends: list[str]
-    timeout: float
-    verify_every: int
+    databases: list[str]
     quiet_wait: float
     quiet_threshold: float
     json: Path | None
-    py_spy: Path | None
-    py_spy_seconds: float
 
 
 def parse_args(argv: list[str] | None = None) -> Settings:
@@ -97,36 +91,11 @@ def parse_args(argv: list[str] | None = None) -> Settings:
     )
     parser.add_argument("--events", type=int, default=20_000, help="the measured backlog")
     parser.add_argument("--warmup", type=int, default=500, help="events delivered first, not measured")
-    parser.add_argument(
-        "--backends",
-        default="sqlite,postgresql",
-        help="comma-separated; postgresql is skipped when 127.0.0.1:5432 does not answer",
-    )
-    parser.add_argument("--timeout", type=float, default=900.0, help="longest wait for the backlog")
-    parser.add_argument("--verify-every", type=int, default=100, help="the receiver checks every n-th")
-    parser.add_argument(
-        "--quiet-wait",
-        type=float,
-        default=30.0,
-        help="before each measured run, wait up to this many seconds for other work on the machine to stop",
-    )
-    parser.add_argument(
-        "--quiet-threshold", type=float, default=25.0, help="'quiet': others use < this %% of one core"
-    )
-    parser.add_argument("--json", type=Path, default=None, help="write every figure to this file")
-    parser.add_argument(
-        "--py-spy",
-        type=Path,
-        default=None,
-        metavar="DIR",
-        help="sample `wagate serve` with py-spy (GIL holder) from the first measured arrival; stacks to DIR",
-    )
-    parser.add_argument("--py-spy-seconds", type=float, default=8.0, help="how long py-spy samples")
+    add_databases_option(parser)
+    add_quiet_options(parser, wait=30.0)
+    add_json_option(parser)
     settings = parser.parse_args(argv, namespace=Settings())
-    settings.backends = [b.strip() for b in str(settings.backends).split(",") if b.strip()]
-    for name in settings.backends:
-        if name not in ("sqlite", "postgresql"):
-            parser.error(f"unknown backend {name!r}")
+    settings.databases = databases_of(parser, str(settings.databases))
     if settings.events < 2 or settings.warmup < 0:
         parser.error("--events must be at least 2 and --warmup at least 0")
     return settings
@@ -211,43 +180,23 @@ class Run:
     stats: dict[str, Any]
     complete: bool
     cpu: dict[str, float]
-    profile: dict[str, Any] | None
-
-
-def api_call(stack: GatewayStack, method: str, path: str, body: Any) -> Any:
-    request = urllib.request.Request(  # noqa: S310 - the gateway on 127.0.0.1
-        stack.url + path, data=json.dumps(body).encode(), method=method, headers=stack.headers
-    )
-    with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
-        return json.loads(response.read())
 
 
 def wait_for_backlog(
-    settings: Settings,
     receiver_url: str,
     expected: int,
     processes: list[ManagedProcess],
     cpu_groups: Callable[[], dict[str, list[int]]],
-    profile_name: str | None,
 ) -> Run:
-    """Poll the receiver until it has `expected` distinct ids; CPU counts from the first new arrival.
-
-    `processes[0]` is `wagate serve` (the one py-spy samples when asked and `profile_name` is given).
-    """
+    """Poll the receiver until it has `expected` distinct ids; CPU counts from the first new arrival."""
     start_requests = int(http_json("GET", f"{receiver_url}/stats")["requests"])
-    deadline = time.monotonic() + settings.timeout
+    deadline = time.monotonic() + TIMEOUT_SECONDS
     before = None
-    spy: subprocess.Popen[bytes] | None = None
     last_count, last_progress = -1, time.monotonic()
     while True:
         stats = http_json("GET", f"{receiver_url}/stats")
         if before is None and stats["requests"] > start_requests:
             before = cpu_snapshot([pid for group in cpu_groups().values() for pid in group])
-            if settings.py_spy is not None and profile_name is not None:
-                settings.py_spy.mkdir(parents=True, exist_ok=True)
-                spy = start_py_spy(
-                    processes[0].pid, settings.py_spy / f"{profile_name}.txt", settings.py_spy_seconds
-                )
         if stats["distinct_ids"] >= expected:
             break
         if stats["requests"] != last_count:
@@ -264,25 +213,7 @@ def wait_for_backlog(
     after = cpu_snapshot([pid for group in groups.values() for pid in group])
     by_group: dict[str, Iterable[int]] = dict(groups)
     cpu = cpu_usage(before or after, after, by_group)
-    return Run(stats, stats["distinct_ids"] >= expected, cpu, _profile(settings, spy, profile_name))
-
-
-def _profile(
-    settings: Settings, spy: subprocess.Popen[bytes] | None, name: str | None
-) -> dict[str, Any] | None:
-    if spy is None or settings.py_spy is None or name is None:
-        return None
-    try:
-        spy.wait(settings.py_spy_seconds + 30)
-    except subprocess.TimeoutExpired:
-        spy.kill()
-        spy.wait(5)
-    path = settings.py_spy / f"{name}.txt"
-    if not path.exists():
-        return {"error": f"py-spy wrote nothing (exit code {spy.returncode})"}
-    summary = summarize_collapsed(path)
-    (settings.py_spy / f"{name}.summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    return {"stacks": str(path), **summary}
+    return Run(stats, stats["distinct_ids"] >= expected, cpu)
 
 
 def database_figures(engine: Engine, expected: int, timeout: float = 30.0) -> dict[str, Any]:
@@ -345,26 +276,25 @@ def measure(
         server = stack.server
         receiver_port = free_port()
         receiver_url = f"http://{LOOPBACK}:{receiver_port}"
-        webhook = api_call(
-            stack,
+        webhook = http_json(
             "POST",
-            f"/v1/accounts/{stack.account_id}/webhooks",
+            f"{stack.url}/v1/accounts/{stack.account_id}/webhooks",
             {"url": f"{receiver_url}/events", "events": ["message_updated"]},
+            headers=stack.headers,
         )
         receiver = ManagedProcess(
             "receiver",
             [
                 PYTHON,
                 str(BENCH_DIR / "event_receiver.py"),
-                *("--port", str(receiver_port), "--verify-every", str(settings.verify_every)),
+                *("--port", str(receiver_port), "--verify-every", str(VERIFY_EVERY)),
             ],
             log_dir=stack.workdir,
             env={**stack.env, SECRET_ENV: webhook["secret"]},
             cwd=stack.workdir,
         )
         # The same database as `serve`, through the blocking driver; SQLite waits for the writer's lock.
-        sync_url = stack.database_url.replace("sqlite+aiosqlite:", "sqlite:", 1)
-        engine = create_engine(sync_url, connect_args={"timeout": 30} if backend == "sqlite" else {})
+        engine = stack.sync_engine()
         try:
             wait_http_ok(f"{receiver_url}/stats", process=receiver)
             processes = [server, receiver]
@@ -383,35 +313,26 @@ def measure(
             if settings.warmup:
                 log(f"{backend}: warm-up, {settings.warmup} events")
                 seed(engine, backlog(settings.warmup))
-                warm = wait_for_backlog(settings, receiver_url, settings.warmup, processes, cpu_groups, None)
+                warm = wait_for_backlog(receiver_url, settings.warmup, processes, cpu_groups)
                 if not warm.complete:
                     raise RuntimeError(f"{backend}: the warm-up events did not all arrive: {warm.stats}")
 
             events = backlog(settings.events)
             figures["body_bytes_mean"] = round(sum(len(orjson.dumps(d.body)) for d in events) / len(events))
-            if settings.quiet_wait > 0:
-                machine = wait_for_quiet(
-                    [server.pid, receiver.pid],
-                    threshold_pct=settings.quiet_threshold,
-                    timeout=settings.quiet_wait,
-                )
-                figures["machine_before"] = machine
-                if machine["other_pct"] >= settings.quiet_threshold:
-                    log(f"  the machine is not quiet: others use {machine['other_pct']} % of a core")
+            figures["machine_before"] = quiet_machine(
+                [server.pid, receiver.pid], wait=settings.quiet_wait, threshold=settings.quiet_threshold
+            )
             log(f"{backend}: seeding {settings.events} events in one transaction")
             seed_started = time.time()
             committed_at = seed(engine, events)
             figures["seed_s"] = round(committed_at - seed_started, 3)
-            run = wait_for_backlog(
-                settings, receiver_url, settings.warmup + settings.events, processes, cpu_groups, backend
-            )
+            run = wait_for_backlog(receiver_url, settings.warmup + settings.events, processes, cpu_groups)
             arrivals = http_json("GET", f"{receiver_url}/arrivals", timeout=60)["arrivals"]
             measured = arrivals[settings.warmup :]
             figures["receiver"] = run.stats
             figures["complete"] = run.complete
             figures["duplicates"] = run.stats["requests"] - run.stats["distinct_ids"]
             figures["cpu"] = run.cpu
-            figures["profile"] = run.profile
             if len(measured) >= 2:
                 figures["rates"] = delivery_rates(measured, committed_at)
             figures["database"] = database_figures(engine, settings.warmup + settings.events)
@@ -427,26 +348,7 @@ def measure(
     return figures
 
 
-def run_backend(settings: Settings, backend: str) -> dict[str, Any] | None:
-    if backend == "sqlite":
-        return measure(settings, backend, None, None)
-    if not postgres_available():
-        log("postgresql: nothing answers at 127.0.0.1:5432 as user postgres; skipped")
-        return None
-    with throwaway_postgres_database() as (url, name):
-        log(f"postgresql: throwaway database {name}")
-        return measure(settings, backend, url, name)
-
-
 # --------------------------------------------------------------------------- the report
-
-
-def _f(value: Any, digits: int = 1) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
 
 
 def report(results: dict[str, Any]) -> str:
@@ -468,12 +370,12 @@ def report(results: dict[str, Any]) -> str:
         receiver = figures["receiver"]
         rate = rates.get("per_second", math.nan)
         lines.append(
-            f"| {name} | {_f(rate)} | {_f(rates.get('middle_80pct_per_second'))} "
-            f"| {_f(rates.get('first_to_last_s'), 2)} | {_f(rates.get('commit_to_last_s'), 2)} "
-            f"| {_f(latency['p50_ms'])} / {_f(latency['p99_ms'])} "
+            f"| {name} | {fmt(rate)} | {fmt(rates.get('middle_80pct_per_second'))} "
+            f"| {fmt(rates.get('first_to_last_s'), 2)} | {fmt(rates.get('commit_to_last_s'), 2)} "
+            f"| {fmt(latency['p50_ms'])} / {fmt(latency['p99_ms'])} "
             f"| {receiver['verified']} / {receiver['signature_failures']} | {figures['lost']} "
-            f"| {figures['duplicates']} | {_f(cpu.get('server_pct'))} | {_f(cpu.get('receiver_pct'))} "
-            f"| {_f(cpu.get('postgres_pct'))} | {_f(cpu.get('other_pct'))} | {_f(figures['peak_rss_mb'])} "
+            f"| {figures['duplicates']} | {fmt(cpu.get('server_pct'))} | {fmt(cpu.get('receiver_pct'))} "
+            f"| {fmt(cpu.get('postgres_pct'))} | {fmt(cpu.get('other_pct'))} | {fmt(figures['peak_rss_mb'])} "
             f"| {'yes' if rate >= TARGET_PER_SECOND else 'no'} |"
         )
     lines += [
@@ -504,23 +406,21 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {
             "events": settings.events,
             "warmup": settings.warmup,
-            "backends": settings.backends,
-            "verify_every": settings.verify_every,
+            "databases": settings.databases,
+            "verify_every": VERIFY_EVERY,
         },
         "backends": {},
     }
     try:
-        for backend in settings.backends:
-            figures = run_backend(settings, backend)
-            if figures is not None:
-                results["backends"][backend] = figures
+        for database in settings.databases:
+            with database_for(database) as place:
+                if place is not None:
+                    results["backends"][database] = measure(settings, database, *place)
     except KeyboardInterrupt:
         log("interrupted; servers stopped, temporary files and databases removed")
         return 143 if terminated() else 130
     print(report(results))
-    if settings.json is not None:
-        settings.json.write_text(json.dumps(no_nan(results), indent=2, default=str) + "\n")
-        log(f"wrote {settings.json}")
+    write_json(settings.json, results)
     failed = [name for name, figures in results["backends"].items() if not figures["ok"]]
     if failed:
         log(f"events lost or signatures failed on: {', '.join(failed)}")

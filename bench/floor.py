@@ -37,7 +37,6 @@ import asyncio
 import contextlib
 import json
 import sqlite3
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -46,39 +45,27 @@ from pathlib import Path
 from typing import Any
 
 from common import (
-    ManagedProcess,
+    add_databases_option,
+    add_json_option,
     cpu_snapshot,
     cpu_usage,
-    free_port,
-    postgres_available,
-    throwaway_postgres_database,
+    database_for,
+    databases_of,
+    log,
     utc_stamp,
-    wait_http_ok,
+    write_json,
 )
 from loadgen import closed_loop
 from sqlalchemy import Column, Index, Integer, MetaData, Table, create_engine
 from sqlalchemy.types import NullType
-from stack import GatewayStack
+from stack import BARE_BODY, BARE_HEADERS, BareServer, GatewayStack
 from statuses import TARGET_PER_SECOND, status_body
 
 from wagate.core.tables import table_of
 from wagate.messages.models import Message
 from wagate.outbox.models import OutboxJob
 
-BENCH_DIR = Path(__file__).resolve().parent
-PYTHON = sys.executable
-BODY = json.dumps(
-    {
-        "channel_id": 1,
-        "phone_number": "+994551234567",
-        "template": {"name": "otp_code", "language": "en", "parameters": ["123456"]},
-    }
-).encode()
 BATCH = 64
-
-
-def log(text: str) -> None:
-    print(f"[{datetime.now(UTC):%H:%M:%S}] {text}", file=sys.stderr, flush=True)
 
 
 # --------------------------------------------------------------------------- 1, 2: HTTP
@@ -123,14 +110,11 @@ def closed_loop_cpu_ms(
 
 def serve_cpu_ms(raw: bool, duration: float, concurrency: int, workdir: Path) -> dict[str, Any]:
     """CPU ms of the server per answered request, and requests per second, under a closed loop."""
-    port = free_port()
-    argv = [PYTHON, str(BENCH_DIR / "bare_app.py"), "--port", str(port), *(["--raw"] if raw else [])]
-    server = ManagedProcess("raw" if raw else "bare", argv, log_dir=workdir, cwd=workdir)
+    server = BareServer(workdir, "raw" if raw else "bare", raw=raw)
     try:
-        wait_http_ok(f"http://127.0.0.1:{port}/healthz", process=server)
-        url = f"http://127.0.0.1:{port}/v1/accounts/1/whatsapp/messages"
-        headers = {"Authorization": "Bearer wg_bench_bare", "Content-Type": "application/json"}
-        return closed_loop_cpu_ms(server.pid, url, BODY, headers, concurrency, duration, ok_status=201)
+        return closed_loop_cpu_ms(
+            server.process.pid, server.url, BARE_BODY, BARE_HEADERS, concurrency, duration, ok_status=201
+        )
     finally:
         server.stop()
 
@@ -202,7 +186,13 @@ def rows_of_a_send(n: int) -> tuple[dict[str, Any], dict[str, Any]]:
         "created_at": now,
         "expires_at": None,
     }
-    return message, outbox
+    return in_column_order(Message, message), in_column_order(OutboxJob, outbox)
+
+
+def in_column_order(model: Any, row: dict[str, Any]) -> dict[str, Any]:
+    """The row in its table's column order (the order the inserts name them), NULL in a column the
+    row leaves out: one added to the model since, which a send leaves empty."""
+    return {column.name: row.get(column.name) for column in table_of(model).columns}
 
 
 def insert_sql(table: Table, placeholder: str, rows: int = 1) -> str:
@@ -357,9 +347,10 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=8.0, help="closed-loop seconds per server")
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--sends", type=int, default=6400, help="sends per driver measurement")
-    parser.add_argument("--databases", default="sqlite,postgresql")
-    parser.add_argument("--json", help="write every figure to this file")
+    add_databases_option(parser)
+    add_json_option(parser)
     args = parser.parse_args()
+    databases = databases_of(parser, args.databases)
     figures: dict[str, Any] = {"stamp": utc_stamp(), "batch": BATCH}
     with tempfile.TemporaryDirectory(prefix="wagate-floor-") as tmp:
         workdir = Path(tmp)
@@ -367,22 +358,14 @@ def main() -> None:
         figures["bare"] = serve_cpu_ms(False, args.duration, args.concurrency, workdir)
         log("the same endpoint without a framework (plain ASGI on uvicorn)")
         figures["raw_asgi"] = serve_cpu_ms(True, args.duration, args.concurrency, workdir)
-        databases = [d.strip() for d in args.databases.split(",") if d.strip()]
         for database in databases:
-            if database == "postgresql" and not postgres_available():
-                log("postgresql: not reachable at 127.0.0.1:5432, skipped")
-                continue
-            log(f"{database}: the driver alone, {args.sends} sends, then {args.sends} statuses")
-            if database == "sqlite":
-                url = f"sqlite:///{workdir / 'floor.db'}"
+            with database_for(database) as place:
+                if place is None:
+                    continue
+                url = place[0] or f"sqlite:///{workdir / 'floor.db'}"
+                log(f"{database}: the driver alone, {args.sends} sends, then {args.sends} statuses")
                 figures[database] = {m: driver_cpu_us(url, args.sends, m) for m in (False, True)}
                 figures[f"{database}_statuses"] = {m: apply_cpu_us(url, args.sends, m) for m in (False, True)}
-            else:
-                with throwaway_postgres_database("wagate_floor_") as (url, _):
-                    figures[database] = {m: driver_cpu_us(url, args.sends, m) for m in (False, True)}
-                    figures[f"{database}_statuses"] = {
-                        m: apply_cpu_us(url, args.sends, m) for m in (False, True)
-                    }
         log(f"a status webhook's request alone: `wagate serve` refusing its signature, {args.duration} s")
         figures["refused_status"] = refused_status_cpu_ms(args.duration, args.concurrency)
     bare_ms = figures["bare"]["cpu_ms"]
@@ -436,8 +419,7 @@ def main() -> None:
         "\nobjects, no customers, no events, no costs; PostgreSQL's own CPU not counted); the target leaves"
         f"\n{1000 / TARGET_PER_SECOND:.3f} ms of one core a status."
     )
-    if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=2, default=str))
+    write_json(args.json, figures)
 
 
 if __name__ == "__main__":

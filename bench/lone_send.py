@@ -3,25 +3,30 @@
 At a low rate nothing is shared: the send's request, its transaction, the lane's call to Meta and the
 transaction that records the call's result each pay their fixed costs for one message. That is the
 cost the latency at 100 msg/s and a small machine's capacity are made of (docs/performance.md, "A
-message alone"). This starts `wagate serve` with the simulator (bench/stack.py; SQLite unless
-`--database-url`; no status webhooks), sends `--count` OTPs one after another with `--gap` ms between
-a 201 and the next send, and prints the accept latency (POST to 201, as the client sees it) and the
-server's CPU per send (user and system, from /proc). `--py-spy FILE` samples the server meanwhile
-(GIL holder, every thread, raw format for bench/layers.py).
+message alone"). This starts `wagate serve` with the simulator (bench/stack.py; no status webhooks),
+sends `--count` OTPs one after another with `--gap` ms between a 201 and the next send, and prints
+the accept latency (POST to 201, as the client sees it) and the server's CPU per send (user and
+system, from /proc).
 
-    .venv/bin/python bench/lone_send.py [--count 300] [--gap 50,10] [--py-spy /tmp/lone.txt]
+    .venv/bin/python bench/lone_send.py [--count 300] [--gap 50,10] [--databases sqlite,postgresql]
+        [--cpu-quota CORES]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
-import subprocess
-import sys
 import time
 
-from common import percentile, proc_cpu_seconds, py_spy_command, throwaway_postgres_database
+from common import (
+    add_cpu_quota_option,
+    add_databases_option,
+    database_for,
+    databases_of,
+    limit_cpu,
+    percentile,
+    proc_cpu_seconds,
+)
 from loadgen import RawHttpClient
 from stack import GatewayStack
 
@@ -55,35 +60,19 @@ async def one_at_a_time(stack: GatewayStack, count: int, gap_seconds: float) -> 
     }
 
 
-def run(args: argparse.Namespace, database_url: str | None) -> None:
+def run(args: argparse.Namespace, database: str, database_url: str | None) -> None:
     with GatewayStack(database_url=database_url, messages_per_second=1000) as stack:
         assert stack.server is not None
         stack.sim_configure(auto_statuses=False)
-        spy = None
-        if args.py_spy:
-            command = py_spy_command()
-            if command is None:
-                sys.exit("py-spy is not installed (docs/performance.md)")
-            record = [command, "record", "--gil", "--threads", "-r", "250", "-f", "raw", "-o", args.py_spy]
-            spy = subprocess.Popen(
-                [*record, "-p", str(stack.server.pid)],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
+        limit_cpu([stack.server.pid], args.cpu_quota)
+        for gap in args.gap:
+            figures = asyncio.run(one_at_a_time(stack, args.count, gap / 1000))
+            print(
+                f"{database}, gap {figures['gap_ms']:4.0f} ms: accept p50 {figures['accept_p50_ms']:.2f}"
+                f" p90 {figures['accept_p90_ms']:.2f} p99 {figures['accept_p99_ms']:.2f} ms;"
+                f" server CPU {figures['server_cpu_ms_per_send']:.2f} ms per send",
+                flush=True,
             )
-            time.sleep(1.0)
-        try:
-            for gap in args.gap:
-                figures = asyncio.run(one_at_a_time(stack, args.count, gap / 1000))
-                print(
-                    f"gap {figures['gap_ms']:4.0f} ms: accept p50 {figures['accept_p50_ms']:.2f}"
-                    f" p90 {figures['accept_p90_ms']:.2f} p99 {figures['accept_p99_ms']:.2f} ms;"
-                    f" server CPU {figures['server_cpu_ms_per_send']:.2f} ms per send",
-                    flush=True,
-                )
-        finally:
-            if spy is not None:
-                spy.send_signal(signal.SIGINT)
-                spy.wait(timeout=30)
 
 
 def main() -> None:
@@ -97,14 +86,13 @@ def main() -> None:
         default=[50.0, 10.0],
         help="ms between a 201 and the next send, comma-separated (one run each)",
     )
-    parser.add_argument("--postgresql", action="store_true", help="a throwaway PostgreSQL database")
-    parser.add_argument("--py-spy", help="sample the server into this file")
+    add_databases_option(parser)
+    add_cpu_quota_option(parser, "`wagate serve`")
     args = parser.parse_args()
-    if args.postgresql:
-        with throwaway_postgres_database("wagate_lone_") as (url, _):
-            run(args, url)
-    else:
-        run(args, None)
+    for database in databases_of(parser, args.databases):
+        with database_for(database) as place:
+            if place is not None:
+                run(args, database, place[0])
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@
    lock) and a worker takes every due channel it can, so the first worker to look would take them
    all; for the 2-worker run the bench hands them out: it holds half of the channels' locks itself
    while worker A starts, freezes A (SIGSTOP) once it owns its half, lets B take the other half,
-   then lets A go on (SIGCONT). Status webhooks are off in part 2 unless --statuses.
+   then lets A go on (SIGCONT). The simulator sends no status webhooks.
 
 The machine has 2 cores shared by the load generator, the simulator, PostgreSQL and the processes
 under test: past 2 processes nothing can grow linearly, and the curve says how far from it we are.
@@ -30,11 +30,8 @@ import argparse
 import asyncio
 import json
 import os
-import secrets
-import shutil
 import signal
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -42,29 +39,29 @@ from pathlib import Path
 from typing import Any
 
 from common import (
-    BENCH_DIR,
     CPU_COUNT,
     LOOPBACK,
-    PYTHON,
+    POSTGRES_ADMIN_URL,
     ManagedProcess,
+    add_json_option,
+    add_quiet_options,
+    cpu_ms_per,
     cpu_snapshot,
     cpu_usage,
-    fernet_key,
     free_port,
-    http_json,
-    no_nan,
+    log,
     postgres_available,
     postgres_backend_pids,
-    run_command,
+    quiet_machine,
     sigterm_as_interrupt,
     throwaway_postgres_database,
     utc_stamp,
     wagate_command,
-    wait_for_quiet,
     wait_http_ok,
+    write_json,
 )
 from loadgen import LoadResult, closed_loop, install_uvloop
-from stack import next_phone_number
+from stack import BARE_BODY, BARE_HEADERS, BareServer, GatewayStack, next_phone_number
 
 # Client connections in every closed loop. Not DESIGN.md's 64: an API process's read pool opens a
 # connection per concurrent request up to 40 (src/wagate/core/db.py), and the machine's PostgreSQL
@@ -74,13 +71,6 @@ CHANNELS = 4
 CHANNEL_RATE = 1000
 LOCK_CLASS = 0x77A6  # src/wagate/outbox/ownership.py: the first half of a channel lock's key
 OTP = {"name": "otp_code", "language": "en", "parameters": ["123456"]}
-BARE_BODY = json.dumps(
-    {"channel_id": 1, "phone_number": "+994551234567", "template": OTP}, separators=(",", ":")
-).encode()
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 class Settings(argparse.Namespace):
@@ -89,7 +79,6 @@ class Settings(argparse.Namespace):
     processes: list[int]
     workers: list[int]
     backlog: int
-    statuses: bool
     quiet_wait: float
     quiet_threshold: float
     json: Path | None
@@ -106,31 +95,16 @@ def parse_args(argv: list[str] | None = None) -> Settings:
     parser.add_argument(
         "--backlog", type=int, default=3000, help="sends waiting per channel when the workers start"
     )
-    parser.add_argument(
-        "--statuses", action="store_true", help="part 2: the simulator sends its status webhooks back"
-    )
-    parser.add_argument("--quiet-wait", type=float, default=30.0)
-    parser.add_argument("--quiet-threshold", type=float, default=25.0)
-    parser.add_argument("--json", type=Path, default=None)
+    add_quiet_options(parser, wait=30.0)
+    add_json_option(parser)
     args = parser.parse_args(argv, namespace=Settings())
     args.processes = [int(p) for p in str(args.processes).split(",")]
     args.workers = [int(w) for w in str(args.workers).split(",")]
     return args
 
 
-def channel_spec(index: int) -> dict[str, str]:
-    return {
-        "phone_number_id": f"10654035224{index:04d}",
-        "waba_id": f"10229012934{index:04d}",
-        "display_phone_number": f"1555000{index:04d}",
-    }
-
-
 def quiet(settings: Settings, pids: list[int]) -> dict[str, float]:
-    state = wait_for_quiet(pids, threshold_pct=settings.quiet_threshold, timeout=settings.quiet_wait)
-    if state["other_pct"] >= settings.quiet_threshold:
-        log(f"  the machine is not quiet: others use {state['other_pct']} % of a core; measuring anyway")
-    return state
+    return quiet_machine(pids, wait=settings.quiet_wait, threshold=settings.quiet_threshold)
 
 
 async def spread_closed_loop(
@@ -173,10 +147,9 @@ def load_figures(
         "machine_before": machine,
     }
     if per_second:
-        # % of one core / ok per second = CPU seconds per accepted send; in milliseconds.
-        figures["server_cpu_ms_per_ok"] = round(10 * cpu["server_pct"] / per_second, 3)
+        figures["server_cpu_ms_per_ok"] = cpu_ms_per(cpu["server_pct"], per_second)
         if "postgres_pct" in cpu:
-            figures["postgres_cpu_ms_per_ok"] = round(10 * cpu["postgres_pct"] / per_second, 3)
+            figures["postgres_cpu_ms_per_ok"] = cpu_ms_per(cpu["postgres_pct"], per_second)
     return figures
 
 
@@ -184,138 +157,50 @@ def load_figures(
 
 
 def measure_bare(settings: Settings, count: int, workdir: Path) -> dict[str, Any]:
-    ports = [free_port() for _ in range(count)]
-    processes = [
-        ManagedProcess(
-            f"bare-{i}", [PYTHON, str(BENCH_DIR / "bare_app.py"), "--port", str(port)], log_dir=workdir
-        )
-        for i, port in enumerate(ports)
-    ]
+    servers: list[BareServer] = []
     try:
-        for process, port in zip(processes, ports, strict=True):
-            wait_http_ok(f"http://{LOOPBACK}:{port}/healthz", process=process)
-        urls = [f"http://{LOOPBACK}:{port}/v1/accounts/1/whatsapp/messages" for port in ports]
-        headers = {"Authorization": "Bearer wg_bench_bare", "Content-Type": "application/json"}
-        asyncio.run(spread_closed_loop(urls, lambda: BARE_BODY, headers, settings.warmup))
-        pids = [p.pid for p in processes]
+        for i in range(count):
+            servers.append(BareServer(workdir, f"bare-{i}"))
+        urls = [server.url for server in servers]
+        asyncio.run(spread_closed_loop(urls, lambda: BARE_BODY, BARE_HEADERS, settings.warmup))
+        pids = [server.process.pid for server in servers]
         machine = quiet(settings, pids)
         before = cpu_snapshot(pids)
-        result = asyncio.run(spread_closed_loop(urls, lambda: BARE_BODY, headers, settings.duration))
+        result = asyncio.run(spread_closed_loop(urls, lambda: BARE_BODY, BARE_HEADERS, settings.duration))
         after = cpu_snapshot(pids)
         return load_figures(result, before, after, {"server": pids}, machine)
     finally:
-        for process in processes:
-            process.stop()
+        for server in servers:
+            server.stop()
 
 
 class Gateway:
-    """The simulator, a provisioned database, and API processes and workers started on demand."""
+    """The simulator and a provisioned database of CHANNELS channels (a GatewayStack that serves
+    nothing itself), and API processes and workers started on demand."""
 
-    def __init__(self, database_url: str, database: str, workdir: Path) -> None:
-        self.database_url = database_url
+    def __init__(self, stack: GatewayStack, database: str) -> None:
+        self.stack = stack
         self.database = database
-        self.workdir = workdir
         self.apis: list[ManagedProcess] = []
         self.api_ports: list[int] = []
         self.workers: list[ManagedProcess] = []
-        self.sim: ManagedProcess | None = None
-
-    def start(self, statuses: bool) -> None:
-        app_secret = secrets.token_hex(16)
-        self.token = "wg_bench_" + secrets.token_urlsafe(24)
-        sim_port = free_port()
-        # The first API process always listens here: the simulator's status webhooks come to it.
-        self.webhook_port = free_port()
-        self.sim_url = f"http://{LOOPBACK}:{sim_port}"
-        self.sim = ManagedProcess(
-            "simulator",
-            [
-                PYTHON,
-                str(BENCH_DIR / "sim_server.py"),
-                "--port",
-                str(sim_port),
-                "--app-secret",
-                app_secret,
-                "--webhook-url",
-                f"http://{LOOPBACK}:{self.webhook_port}/webhooks/whatsapp",
-            ],
-            log_dir=self.workdir,
-            cwd=self.workdir,
-        )
-        wait_http_ok(f"{self.sim_url}/_sim/config", process=self.sim)
-        if not statuses:
-            http_json("POST", f"{self.sim_url}/_sim/config", {"auto_statuses": False})
-        self.env = {
-            **os.environ,
-            "WAGATE_DATABASE_URL": self.database_url,
-            "WAGATE_GRAPH_API_URL": f"{self.sim_url}/v23.0",
-            "WAGATE_META_APP_SECRET": app_secret,
-            "WAGATE_SECRET_KEY": fernet_key(),
-            "WAGATE_LOG_LEVEL": "warning",
-            # One API key drives every process to its capacity (bench/stack.py says why).
-            "WAGATE_API_KEY_REQUESTS_PER_SECOND": "0",
-        }
-        wagate = wagate_command()
-        run_command([*wagate, "migrate"], env=self.env, cwd=self.workdir)
-        channels = []
-        for index in range(1, CHANNELS + 1):
-            spec = channel_spec(index)
-            http_json("POST", f"{self.sim_url}/_sim/channels", spec)
-            channels.append(
-                {
-                    "name": f"Scale {index}",
-                    "phone_number": "+" + spec["display_phone_number"],
-                    "phone_number_id": spec["phone_number_id"],
-                    "waba_id": spec["waba_id"],
-                    "access_token": "EAAG-bench-token",
-                    "members": ["admin@bench.test"],
-                    "messages_per_second": CHANNEL_RATE,
-                }
-            )
-        provision = {
-            "accounts": [
-                {
-                    "name": "Scale",
-                    "users": [
-                        {
-                            "email": "admin@bench.test",
-                            "name": "Bench Admin",
-                            "role": "administrator",
-                            "password": secrets.token_urlsafe(12),
-                        }
-                    ],
-                    "api_keys": [{"user": "admin@bench.test", "name": "bench", "token": self.token}],
-                    "channels": channels,
-                }
-            ]
-        }
-        path = self.workdir / "provision.json"
-        path.write_text(json.dumps(provision))
-        account = json.loads(run_command([*wagate, "provision", str(path)], env=self.env, cwd=self.workdir))[
-            "accounts"
-        ][0]
-        self.account_id = int(account["account_id"])
-        self.channel_ids = [int(c["channel_id"]) for c in account["channels"]]
-        self.phone_ids = {
-            int(c["channel_id"]): channel_spec(i + 1)["phone_number_id"]
-            for i, c in enumerate(account["channels"])
-        }
         self._next_channel = 0
 
     def start_apis(self, count: int) -> None:
         """Exactly `count` API processes, fresh: a process keeps up to 20 idle pool connections once it
-        has used them, and the server's connections are shared (see CONCURRENCY)."""
+        has used them, and the server's connections are shared (see CONCURRENCY). The first listens
+        where the simulator sends its webhooks."""
         self.stop_apis()
-        self.api_ports = [self.webhook_port] + [free_port() for _ in range(count - 1)]
+        self.api_ports = [self.stack.port] + [free_port() for _ in range(count - 1)]
         for i, port in enumerate(self.api_ports):
             # PGAPPNAME names the process's connections in pg_stat_activity (libpq reads it).
             self.apis.append(
                 ManagedProcess(
                     f"api-{i + 1}",
                     [*wagate_command(), "serve", "--no-dispatcher", "--host", LOOPBACK, "--port", str(port)],
-                    log_dir=self.workdir,
-                    env={**self.env, "PGAPPNAME": f"wagate-api-{i + 1}"},
-                    cwd=self.workdir,
+                    log_dir=self.stack.workdir,
+                    env={**self.stack.env, "PGAPPNAME": f"wagate-api-{i + 1}"},
+                    cwd=self.stack.workdir,
                 )
             )
         for process, port in zip(self.apis, self.api_ports, strict=True):
@@ -332,9 +217,9 @@ class Gateway:
         worker = ManagedProcess(
             name,
             [*wagate_command(), "worker"],
-            log_dir=self.workdir,
-            env={**self.env, "PGAPPNAME": f"wagate-{name}"},
-            cwd=self.workdir,
+            log_dir=self.stack.workdir,
+            env={**self.stack.env, "PGAPPNAME": f"wagate-{name}"},
+            cwd=self.stack.workdir,
         )
         self.workers.append(worker)
         return worker
@@ -347,12 +232,21 @@ class Gateway:
         self.workers.clear()
 
     def urls(self, count: int) -> list[str]:
-        path = f"/v1/accounts/{self.account_id}/whatsapp/messages"
+        path = f"/v1/accounts/{self.stack.account_id}/whatsapp/messages"
         return [f"http://{LOOPBACK}:{port}{path}" for port in self.api_ports[:count]]
 
     @property
+    def channel_ids(self) -> list[int]:
+        return self.stack.channel_ids
+
+    @property
+    def database_url(self) -> str:
+        assert self.stack.database_url is not None
+        return self.stack.database_url
+
+    @property
     def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"}
+        return self.stack.headers
 
     def body(self) -> bytes:
         """An OTP to a new number, on the channels in turn."""
@@ -363,14 +257,12 @@ class Gateway:
 
     def received(self, channel_id: int) -> list[float]:
         """The simulator's CLOCK_MONOTONIC receipt times of the channel's sends (this process's clock)."""
-        url = f"{self.sim_url}/_sim/messages?phone_number_id={self.phone_ids[channel_id]}"
-        return sorted(float(m["received_monotonic"]) for m in http_json("GET", url, timeout=120)["data"])
+        sends = self.stack.upstream_messages(self.channel_ids.index(channel_id) + 1)
+        return sorted(float(m["received_monotonic"]) for m in sends)
 
     def stop(self) -> None:
         self.stop_workers()
         self.stop_apis()
-        if self.sim is not None:
-            self.sim.stop()
 
 
 def measure_apis(settings: Settings, gateway: Gateway, count: int) -> dict[str, Any]:
@@ -392,7 +284,6 @@ def measure_apis(settings: Settings, gateway: Gateway, count: int) -> dict[str, 
 def connections(database: str) -> dict[str, int]:
     """Open connections to the database by application name (PGAPPNAME of each process)."""
     import psycopg
-    from common import POSTGRES_ADMIN_URL
 
     with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as conn:
         rows = conn.execute(
@@ -422,7 +313,6 @@ def waiting_sends(database_url: str) -> dict[int, int]:
 def lock_holders(database: str) -> dict[int, str]:
     """Channel id -> application name of the connection holding its advisory lock."""
     import psycopg
-    from common import POSTGRES_ADMIN_URL
 
     with psycopg.connect(POSTGRES_ADMIN_URL, autocommit=True) as conn:
         rows = conn.execute(
@@ -614,33 +504,33 @@ def main(argv: list[str] | None = None) -> int:
         "api": {},
         "workers": {},
     }
-    workdir = Path(tempfile.mkdtemp(prefix="wagate-scale-"))
-    try:
-        with throwaway_postgres_database(prefix="wagate_scale_") as (url, name):
-            log(f"throwaway database {name}")
-            gateway = Gateway(url, name, workdir)
-            try:
-                gateway.start(settings.statuses)
-                for count in settings.processes:
-                    log(f"bare endpoint x{count}")
-                    results["bare"][str(count)] = measure_bare(settings, count, workdir)
-                    log(f"  {results['bare'][str(count)]['ok_per_second']} ok/s")
-                    log(f"gateway API x{count}")
-                    results["api"][str(count)] = measure_apis(settings, gateway, count)
-                    log(f"  {results['api'][str(count)]['ok_per_second']} ok/s")
-                gateway.start_apis(1)  # fills the backlogs, receives the status webhooks (--statuses)
-                for count in settings.workers:
-                    log(f"workers x{count}")
-                    results["workers"][str(count)] = measure_workers(settings, gateway, count)
-                    log(f"  {results['workers'][str(count)]['sends_per_second']} sends/s")
-            finally:
-                gateway.stop()
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+    with (
+        throwaway_postgres_database() as (url, name),
+        GatewayStack(
+            database_url=url, messages_per_second=CHANNEL_RATE, channels=CHANNELS, serve=False
+        ) as stack,
+    ):
+        log(f"throwaway database {name}")
+        stack.sim_configure(auto_statuses=False)
+        gateway = Gateway(stack, name)
+        try:
+            for count in settings.processes:
+                log(f"bare endpoint x{count}")
+                results["bare"][str(count)] = measure_bare(settings, count, stack.workdir)
+                log(f"  {results['bare'][str(count)]['ok_per_second']} ok/s")
+                log(f"gateway API x{count}")
+                results["api"][str(count)] = measure_apis(settings, gateway, count)
+                log(f"  {results['api'][str(count)]['ok_per_second']} ok/s")
+            gateway.start_apis(1)  # fills the backlogs
+            for count in settings.workers:
+                log(f"workers x{count}")
+                results["workers"][str(count)] = measure_workers(settings, gateway, count)
+                log(f"  {results['workers'][str(count)]['sends_per_second']} sends/s")
+        finally:
+            gateway.stop()
     results["load_after"] = os.getloadavg()
     print(report(results))
-    if settings.json is not None:
-        settings.json.write_text(json.dumps(no_nan(results), indent=2))
+    write_json(settings.json, results)
     return 0
 
 

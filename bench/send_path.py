@@ -4,8 +4,8 @@
    `wagate serve`: closed-loop requests per second and latency at N connections.
 2. The real gateway (simulator + `wagate migrate` + `wagate provision` + `wagate serve`, each its own
    process) on SQLite and, when 127.0.0.1:5432 answers, on a throwaway PostgreSQL database:
-   a. an open-loop run at a fixed rate (100 msg/s): accept -> upstream latency, i.e. from the client
-      starting the request to the simulator receiving the Cloud API call for that message;
+   a. an open-loop run at 100 msg/s: accept -> upstream latency, i.e. from the client starting the
+      request to the simulator receiving the Cloud API call for that message;
    b. the same closed-loop load as the bare endpoint: accepted sends per second, accept latency;
    and the peak RSS of `wagate serve`.
 3. A table, the ratios against the bare endpoint, and each target marked met / not met.
@@ -19,12 +19,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import math
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,52 +32,41 @@ from typing import Any
 import orjson
 from common import (
     CPU_COUNT,
-    PYTHON,
-    ManagedProcess,
+    add_cpu_quota_option,
+    add_databases_option,
+    add_json_option,
+    add_py_spy_option,
+    add_quiet_options,
     analyze_postgres,
+    cpu_ms_per,
     cpu_snapshot,
     cpu_usage,
-    free_port,
+    database_for,
+    databases_of,
+    fmt,
     latency_summary_ms,
     limit_cpu,
-    no_nan,
+    log,
     peak_rss_mb,
-    postgres_available,
     postgres_backend_pids,
-    rss_mb,
+    py_spy,
+    quiet_machine,
     sigterm_as_interrupt,
-    start_py_spy,
-    summarize_collapsed,
-    throwaway_postgres_database,
     utc_stamp,
-    wait_for_quiet,
-    wait_http_ok,
+    write_json,
 )
 from loadgen import LoadResult, closed_loop, install_uvloop, open_loop
-from stack import GatewayStack
-
-BENCH_DIR = Path(__file__).resolve().parent
+from stack import BARE_BODY, BARE_HEADERS, BareServer, GatewayStack
 
 # DESIGN.md, "Targets".
 TARGET_SQLITE_RATIO = 0.25
 TARGET_POSTGRES_RATIO = 0.30
 TARGET_POSTGRES_P99_MS = 50.0
-TARGET_A2U_RATE = 100.0  # msg/s at which the two latency targets hold
+A2U_RATE = 100.0  # msg/s of the open loop: the rate at which the two latency targets hold
 TARGET_A2U_P50_MS = 5.0
 TARGET_A2U_P99_MS = 25.0
 TARGET_RSS_MB = 300.0
-
-BARE_BODY = json.dumps(
-    {
-        "channel_id": 1,
-        "phone_number": "+994551234567",
-        "template": {"name": "otp_code", "language": "en", "parameters": ["123456"]},
-    }
-).encode()
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+DRAIN_TIMEOUT = 120.0  # longest wait for the upstream backlog to drain
 
 
 class Settings(argparse.Namespace):
@@ -87,18 +74,14 @@ class Settings(argparse.Namespace):
     json: Path | None
     concurrency: int
     duration: float
-    rate: float
     open_duration: float
     warmup: float
     databases: list[str]
-    client: str
     statuses: bool
     keys: bool
     quiet_wait: float
     quiet_threshold: float
-    drain_timeout: float
     py_spy: Path | None
-    samples: Path | None
     cpu_quota: float | None
     rounds: int
     split_worker: bool
@@ -110,23 +93,12 @@ def parse_args(argv: list[str] | None = None) -> Settings:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("--quick", action="store_true", help="3 s runs instead of 10 s (a smoke test)")
-    parser.add_argument("--json", type=Path, default=None, help="write every figure to this file")
+    add_json_option(parser)
     parser.add_argument("--concurrency", type=int, default=64, help="closed-loop connections")
     parser.add_argument("--duration", type=float, default=None, help="closed-loop seconds (10; quick 3)")
-    parser.add_argument("--rate", type=float, default=100.0, help="open-loop sends per second")
     parser.add_argument("--open-duration", type=float, default=None, help="open-loop seconds (10; quick 3)")
     parser.add_argument("--warmup", type=float, default=None, help="warm-up seconds per server (2; quick 1)")
-    parser.add_argument(
-        "--databases",
-        default="sqlite,postgresql",
-        help="comma-separated; postgresql is skipped when 127.0.0.1:5432 does not answer",
-    )
-    parser.add_argument(
-        "--client",
-        choices=("raw", "aiohttp", "httpx"),
-        default="raw",
-        help="the load generator's HTTP client",
-    )
+    add_databases_option(parser)
     parser.add_argument(
         "--no-statuses",
         dest="statuses",
@@ -137,43 +109,11 @@ def parse_args(argv: list[str] | None = None) -> Settings:
         "--idempotency-keys",
         dest="keys",
         action="store_true",
-        help="every send carries its own Idempotency-Key (the raw client only)",
+        help="every send carries its own Idempotency-Key",
     )
-    parser.add_argument(
-        "--quiet-wait",
-        type=float,
-        default=60.0,
-        help="before each measured run, wait up to this many seconds for other work on the machine to stop",
-    )
-    parser.add_argument(
-        "--quiet-threshold", type=float, default=25.0, help="'quiet': others use < this %% of one core"
-    )
-    parser.add_argument(
-        "--drain-timeout", type=float, default=120.0, help="longest wait for the upstream backlog to drain"
-    )
-    parser.add_argument(
-        "--py-spy",
-        type=Path,
-        default=None,
-        metavar="DIR",
-        help="sample `wagate serve` with py-spy (GIL holder only) during each run; stacks go to DIR",
-    )
-    parser.add_argument(
-        "--samples",
-        type=Path,
-        default=None,
-        metavar="DIR",
-        help="write each closed loop's requests to DIR/<run>.json: [seconds from its start, latency ms,"
-        " HTTP status] each (to see the loop's cycles and stalls over time); the bare endpoint's loops"
-        " around a gateway's as <run>-bare-before and <run>-bare-after",
-    )
-    parser.add_argument(
-        "--cpu-quota",
-        type=float,
-        default=None,
-        metavar="CORES",
-        help="run the bare endpoint and `wagate serve` on at most this much CPU (a slower machine; root)",
-    )
+    add_quiet_options(parser, wait=60.0)
+    add_py_spy_option(parser, "during each open and closed loop")
+    add_cpu_quota_option(parser, "the bare endpoint and `wagate serve`")
     parser.add_argument(
         "--rounds",
         type=int,
@@ -184,16 +124,13 @@ def parse_args(argv: list[str] | None = None) -> Settings:
         "--split-worker",
         action="store_true",
         help="PostgreSQL: `wagate serve --no-dispatcher` takes the sends and a `wagate worker` beside it"
-        " sends them (issue 18: what one more process adds); the worker's CPU is shown apart",
+        " sends them; the worker's CPU is shown apart",
     )
     settings = parser.parse_args(argv, namespace=Settings())
     settings.duration = settings.duration or (3.0 if settings.quick else 10.0)
     settings.open_duration = settings.open_duration or (3.0 if settings.quick else 10.0)
     settings.warmup = settings.warmup if settings.warmup is not None else (1.0 if settings.quick else 2.0)
-    settings.databases = [d.strip() for d in str(settings.databases).split(",") if d.strip()]
-    for name in settings.databases:
-        if name not in ("sqlite", "postgresql"):
-            parser.error(f"unknown database {name!r}")
+    settings.databases = databases_of(parser, str(settings.databases))
     return settings
 
 
@@ -201,44 +138,8 @@ def key_header(settings: Settings) -> str | None:
     return "Idempotency-Key" if settings.keys else None
 
 
-def cpu_ms_per_ok(figures: dict[str, Any], key: str) -> float | None:
-    """CPU milliseconds one process group spent per accepted request (steadier than req/s on a busy box)."""
-    pct = figures["cpu"].get(key)
-    if pct is None or not figures["ok_per_second"]:
-        return None
-    return round(pct * 10 / figures["ok_per_second"], 3)
-
-
-def profiled(settings: Settings, pid: int, name: str, seconds: float) -> subprocess.Popen[bytes] | None:
-    if settings.py_spy is None:
-        return None
-    settings.py_spy.mkdir(parents=True, exist_ok=True)
-    return start_py_spy(pid, settings.py_spy / f"{name}.txt", seconds)
-
-
-def profile_summary(settings: Settings, spy: subprocess.Popen[bytes] | None, name: str) -> dict | None:
-    if spy is None or settings.py_spy is None:
-        return None
-    try:
-        spy.wait(30)
-    except subprocess.TimeoutExpired:
-        spy.kill()
-        spy.wait(5)
-    path = settings.py_spy / f"{name}.txt"
-    if not path.exists():
-        return {"error": f"py-spy wrote nothing (exit code {spy.returncode})"}
-    summary = summarize_collapsed(path)
-    (settings.py_spy / f"{name}.summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    return {"stacks": str(path), **summary}
-
-
 def quiet(settings: Settings, pids: list[int]) -> dict[str, float]:
-    if settings.quiet_wait <= 0:
-        return {"other_pct": math.nan, "waited_s": 0.0}
-    state = wait_for_quiet(pids, threshold_pct=settings.quiet_threshold, timeout=settings.quiet_wait)
-    if state["other_pct"] >= settings.quiet_threshold:
-        log(f"  the machine is not quiet: others use {state['other_pct']} % of a core; measuring anyway")
-    return state
+    return quiet_machine(pids, wait=settings.quiet_wait, threshold=settings.quiet_threshold)
 
 
 # --------------------------------------------------------------------------- 1. the bare endpoint
@@ -252,72 +153,41 @@ class BareEndpoint:
 
     def __init__(self, settings: Settings, workdir: Path) -> None:
         self.settings = settings
-        self.port = free_port()
-        self.process = ManagedProcess(
-            "bare",
-            [PYTHON, str(BENCH_DIR / "bare_app.py"), "--port", str(self.port)],
-            log_dir=workdir,
-            cwd=workdir,
-        )
-
-    def __enter__(self) -> BareEndpoint:
-        wait_http_ok(f"http://127.0.0.1:{self.port}/healthz", process=self.process)
-        limit_cpu([self.process.pid], self.settings.cpu_quota)
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.process.stop()
+        self.server = BareServer(workdir)
+        self.pid = self.server.process.pid
+        limit_cpu([self.pid], settings.cpu_quota)
 
     def load(self, seconds: float) -> LoadResult:
         return asyncio.run(
             closed_loop(
-                f"http://127.0.0.1:{self.port}/v1/accounts/1/whatsapp/messages",
+                self.server.url,
                 make_body=lambda: BARE_BODY,
-                headers={"Authorization": "Bearer wg_bench_bare", "Content-Type": "application/json"},
+                headers=BARE_HEADERS,
                 concurrency=self.settings.concurrency,
                 duration=seconds,
-                client=self.settings.client,
             )
         )
 
     def measure(self) -> dict[str, Any]:
-        """The table's row: warm-up, a quiet machine, the closed loop (profiled with --py-spy)."""
-        settings, pid = self.settings, self.process.pid
+        """The table's row: warm-up, a quiet machine, the closed loop."""
+        settings = self.settings
         log(f"bare endpoint: warm-up {settings.warmup} s")
         self.load(settings.warmup)
-        machine = quiet(settings, [pid])
+        machine = quiet(settings, [self.pid])
         log(f"bare endpoint: closed loop, {settings.concurrency} connections, {settings.duration} s")
-        spy = profiled(settings, pid, "bare-closed", settings.duration)
-        figures = self.closed_loop("bare-closed")
-        figures["profile"] = profile_summary(settings, spy, "bare-closed")
+        figures = self.closed_loop()
         figures["machine_before"] = machine
-        figures["peak_rss_mb"] = peak_rss_mb(pid)
+        figures["peak_rss_mb"] = peak_rss_mb(self.pid)
         return figures
 
-    def closed_loop(self, samples_name: str | None = None) -> dict[str, Any]:
-        """`samples_name`: with --samples, the loop's requests go to DIR/<samples_name>.json."""
-        pid = self.process.pid
-        before = cpu_snapshot([pid])
+    def closed_loop(self) -> dict[str, Any]:
+        before = cpu_snapshot([self.pid])
         result = self.load(self.settings.duration)
-        after = cpu_snapshot([pid])
-        if samples_name is not None:
-            save_samples(self.settings, samples_name, result)
+        after = cpu_snapshot([self.pid])
         figures = result.summary()
-        figures["cpu"] = cpu_usage(before, after, {"server": [pid]})
-        figures["server_cpu_ms_per_ok"] = cpu_ms_per_ok(figures, "server_pct")
+        figures["cpu"] = cpu_usage(before, after, {"server": [self.pid]})
+        figures["server_cpu_ms_per_ok"] = cpu_ms_per(figures["cpu"]["server_pct"], figures["ok_per_second"])
         return figures
-
-
-def save_samples(settings: Settings, name: str, result: LoadResult) -> None:
-    """`--samples`: every request of a closed loop, in the order they started."""
-    if settings.samples is None or not result.samples:
-        return
-    settings.samples.mkdir(parents=True, exist_ok=True)
-    first = min(sample.start_wall for sample in result.samples)
-    rows = sorted(
-        (round(s.start_wall - first, 6), round(s.latency * 1000, 3), s.status) for s in result.samples
-    )
-    (settings.samples / f"{name}.json").write_text(json.dumps(rows))
 
 
 def bare_around(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
@@ -407,26 +277,27 @@ def measure_gateway(
 
         def settle(what: str) -> None:
             """Wait until every accepted send reached the simulator and its webhooks were delivered."""
-            reached, waited = stack.wait_upstream(accepted_total, timeout=settings.drain_timeout)
+            reached, waited = stack.wait_upstream(accepted_total, timeout=DRAIN_TIMEOUT)
             if not reached:
                 have = stack.upstream_total()
                 log(f"  {what}: upstream has {have} of {accepted_total} after {waited:.0f} s")
             stack.wait_webhooks_idle(timeout=30.0)
 
+        def sends(concurrency: int, seconds: float) -> LoadResult:
+            return asyncio.run(
+                closed_loop(
+                    stack.messages_url,
+                    make_body=stack.otp_body,
+                    headers=stack.headers,
+                    concurrency=concurrency,
+                    duration=seconds,
+                    unique_header=key_header(settings),
+                )
+            )
+
         # Warm-up: imports, caches, connection pools, SQLite pages; not measured.
         log(f"{database}: warm-up {settings.warmup} s")
-        warm = asyncio.run(
-            closed_loop(
-                stack.messages_url,
-                make_body=stack.otp_body,
-                headers=stack.headers,
-                concurrency=min(8, settings.concurrency),
-                duration=settings.warmup,
-                keep_bodies=True,
-                client=settings.client,
-                unique_header=key_header(settings),
-            )
-        )
+        warm = sends(min(8, settings.concurrency), settings.warmup)
         if not warm.ok:
             bodies = [s.body for s in warm.samples[:3]]
             raise RuntimeError(f"{database}: warm-up sends were not accepted: {warm.by_status()} {bodies}")
@@ -438,26 +309,33 @@ def measure_gateway(
 
         # (b) open loop at a fixed rate: accept -> upstream.
         machine = quiet(settings, all_pids())
-        log(f"{database}: open loop, {settings.rate:g} msg/s for {settings.open_duration} s")
-        spy = profiled(settings, stack.server.pid, f"{database}-open", settings.open_duration)
+        log(f"{database}: open loop, {A2U_RATE:g} msg/s for {settings.open_duration} s")
         before = cpu_snapshot(all_pids())
         upstream_before = stack.upstream_total()
-        paced = asyncio.run(
-            asyncio.wait_for(_open_loop(stack, settings), timeout=settings.open_duration + 60)
-        )
+        with py_spy(stack.server.pid, settings.py_spy, f"{database}-open", settings.open_duration):
+            paced = asyncio.run(
+                asyncio.wait_for(
+                    open_loop(
+                        stack.messages_url,
+                        make_body=stack.otp_body,
+                        headers=stack.headers,
+                        rate=A2U_RATE,
+                        duration=settings.open_duration,
+                        unique_header=key_header(settings),
+                    ),
+                    timeout=settings.open_duration + 60,
+                )
+            )
         accepted_total += len(paced.ok)
         after = cpu_snapshot(all_pids())
         reached, _ = stack.wait_upstream(accepted_total, timeout=30.0)
-        upstream = stack.upstream_messages()
         open_figures = paced.summary()
-        open_figures["target_rate"] = settings.rate
         open_figures["achieved_rate"] = started_per_second(paced)
-        open_figures["accept_to_upstream"] = accept_to_upstream(paced, upstream)
+        open_figures["accept_to_upstream"] = accept_to_upstream(paced, stack.upstream_messages())
         open_figures["all_reached_upstream"] = reached
         open_figures["upstream_during_run"] = stack.upstream_total() - upstream_before
         open_figures["cpu"] = cpu_usage(before, after, pids())
         open_figures["machine_before"] = machine
-        open_figures["profile"] = profile_summary(settings, spy, f"{database}-open")
         figures["open_loop"] = open_figures
         settle("open loop")
         check_alive()
@@ -471,50 +349,38 @@ def measure_gateway(
             name = f"{database}-closed" + (f"-{number}" if settings.rounds > 1 else "")
             machine = quiet(settings, all_pids())
             log(f"{database}: the bare endpoint's closed loop before it")
-            bare_before = bare.closed_loop(f"{name}-bare-before")
+            bare_before = bare.closed_loop()
             log(
                 f"{database}: closed loop {number}, {settings.concurrency} connections, {settings.duration} s"
             )
-            spy = profiled(settings, stack.server.pid, name, settings.duration)
             groups_before = pids()
             before = cpu_snapshot([p for g in groups_before.values() for p in g])
             upstream_before = stack.upstream_total()
-            loaded = asyncio.run(
-                closed_loop(
-                    stack.messages_url,
-                    make_body=stack.otp_body,
-                    headers=stack.headers,
-                    concurrency=settings.concurrency,
-                    duration=settings.duration,
-                    client=settings.client,
-                    unique_header=key_header(settings),
-                )
-            )
+            with py_spy(stack.server.pid, settings.py_spy, name, settings.duration):
+                loaded = sends(settings.concurrency, settings.duration)
             groups_after = pids()
             after = cpu_snapshot([p for g in groups_after.values() for p in g])
             upstream_after = stack.upstream_total()
             log(f"{database}: the bare endpoint's closed loop after it")
-            bare_after = bare.closed_loop(f"{name}-bare-after")
+            bare_after = bare.closed_loop()
             accepted_total += len(loaded.ok)
-            save_samples(settings, name, loaded)
             closed_figures = loaded.summary()
-            closed_figures["cpu"] = cpu_usage(
-                before, after, {k: groups_before.get(k, []) + v for k, v in groups_after.items()}
+            cpu = cpu_usage(before, after, {k: groups_before.get(k, []) + v for k, v in groups_after.items()})
+            closed_figures["cpu"] = cpu
+            closed_figures["server_cpu_ms_per_ok"] = cpu_ms_per(cpu["server_pct"], loaded.ok_per_second)
+            closed_figures["postgres_cpu_ms_per_ok"] = cpu_ms_per(
+                cpu.get("postgres_pct"), loaded.ok_per_second
             )
-            closed_figures["server_cpu_ms_per_ok"] = cpu_ms_per_ok(closed_figures, "server_pct")
-            closed_figures["postgres_cpu_ms_per_ok"] = cpu_ms_per_ok(closed_figures, "postgres_pct")
             closed_figures["machine_before"] = machine
             closed_figures["bare_around"] = bare_around(bare_before, bare_after)
-            closed_figures["rss_at_end_mb"] = rss_mb(stack.server.pid)
             closed_figures["upstream_per_second_during_run"] = round(
                 (upstream_after - upstream_before) / loaded.elapsed, 1
             )
             backlog = accepted_total - upstream_after
             drain_start = time.monotonic()
-            drained, _ = stack.wait_upstream(accepted_total, timeout=settings.drain_timeout)
+            drained, _ = stack.wait_upstream(accepted_total, timeout=DRAIN_TIMEOUT)
             closed_figures["backlog_at_end"] = backlog
             closed_figures["drain_s"] = round(time.monotonic() - drain_start, 2) if drained else None
-            closed_figures["profile"] = profile_summary(settings, spy, name)
             check_alive()
             return closed_figures
 
@@ -535,38 +401,13 @@ def measure_gateway(
 
         figures["accepted_total"] = accepted_total
         figures["peak_rss_mb"] = peak_rss_mb(stack.server.pid)
-        figures["rss_now_mb"] = rss_mb(stack.server.pid)
     return figures
-
-
-async def _open_loop(stack: GatewayStack, settings: Settings) -> LoadResult:
-    return await open_loop(
-        stack.messages_url,
-        make_body=stack.otp_body,
-        headers=stack.headers,
-        rate=settings.rate,
-        duration=settings.open_duration,
-        client=settings.client,
-        unique_header=key_header(settings),
-    )
-
-
-def run_gateway(settings: Settings, bare: BareEndpoint, database: str) -> dict[str, Any] | None:
-    if database == "sqlite":
-        return measure_gateway(settings, bare, "sqlite", None, None)
-    if not postgres_available():
-        log("postgresql: nothing answers at 127.0.0.1:5432 as user postgres; skipped")
-        return None
-    with throwaway_postgres_database() as (url, name):
-        log(f"postgresql: throwaway database {name}")
-        return measure_gateway(settings, bare, "postgresql", url, name)
 
 
 # --------------------------------------------------------------------------- 3. the report
 
 
 def evaluate(results: dict[str, Any]) -> list[dict[str, Any]]:
-    bare_rps = results["bare"]["ok_per_second"]
     targets: list[dict[str, Any]] = []
 
     def add(what: str, value: float | None, target: str, met: bool | None) -> None:
@@ -574,7 +415,7 @@ def evaluate(results: dict[str, Any]) -> list[dict[str, Any]]:
 
     for name, gateway in results["gateways"].items():
         closed = gateway["closed_loop"]
-        around = closed.get("bare_around", {}).get("ok_per_second") or bare_rps
+        around = closed["bare_around"]["ok_per_second"]
         ratio = closed["ok_per_second"] / around if around else math.nan
         gateway["ratio_to_bare"] = round(ratio, 3)
         wanted = TARGET_SQLITE_RATIO if name == "sqlite" else TARGET_POSTGRES_RATIO
@@ -588,21 +429,14 @@ def evaluate(results: dict[str, Any]) -> list[dict[str, Any]]:
                 p99 < TARGET_POSTGRES_P99_MS,
             )
         a2u = gateway["open_loop"]["accept_to_upstream"]["from_request_start"]
-        rate = results["settings"]["rate"]
-        # The latency targets are set at 100 msg/s; at another rate the figure is shown but not judged.
-        judged = rate == TARGET_A2U_RATE
-        add(
-            f"{name}: accept->upstream p50 at {rate:g}/s",
-            a2u["p50_ms"],
-            f"< {TARGET_A2U_P50_MS:g} ms",
-            a2u["p50_ms"] < TARGET_A2U_P50_MS if judged else None,
-        )
-        add(
-            f"{name}: accept->upstream p99 at {rate:g}/s",
-            a2u["p99_ms"],
-            f"< {TARGET_A2U_P99_MS:g} ms",
-            a2u["p99_ms"] < TARGET_A2U_P99_MS if judged else None,
-        )
+        for quantile, bound in (("p50", TARGET_A2U_P50_MS), ("p99", TARGET_A2U_P99_MS)):
+            value = a2u[f"{quantile}_ms"]
+            add(
+                f"{name}: accept->upstream {quantile} at {A2U_RATE:g}/s",
+                value,
+                f"< {bound:g} ms",
+                value < bound,
+            )
         rss = gateway["peak_rss_mb"]
         add(
             f"{name}: peak RSS of wagate serve",
@@ -613,23 +447,15 @@ def evaluate(results: dict[str, Any]) -> list[dict[str, Any]]:
     return targets
 
 
-def _f(value: Any, digits: int = 1) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
-
-
 def report(results: dict[str, Any]) -> str:
     s = results["settings"]
     bare = results["bare"]
     lines = [
         "",
         f"send path benchmark, {results['date']}, {results['machine']['cpus']} CPUs "
-        f"({results['machine']['cpu_model']}), Python {results['machine']['python']}, client {s['client']}",
+        f"({results['machine']['cpu_model']}), Python {results['machine']['python']}",
         f"closed loop: {s['concurrency']} keep-alive connections for {s['duration']:g} s; "
-        f"open loop: {s['rate']:g} msg/s for {s['open_duration']:g} s; "
+        f"open loop: {A2U_RATE:g} msg/s for {s['open_duration']:g} s; "
         f"status webhooks from the simulator: {'on' if s['statuses'] else 'off'}; "
         f"Idempotency-Key on every send: {'yes' if s.get('keys') else 'no'}",
         "",
@@ -641,10 +467,10 @@ def report(results: dict[str, Any]) -> str:
         cpu = figures["cpu"]
         bad = figures["requests"] - figures["ok"]
         return (
-            f"{name:<24}{figures['ok_per_second']:>8.0f}{_f(ratio, 3):>8}"
-            f"{_f(figures['latency_ok']['p50_ms']):>9}{_f(figures['latency_ok']['p99_ms']):>9}{bad:>8}"
-            f"{_f(cpu.get('server_pct')):>9}{_f(figures.get('server_cpu_ms_per_ok'), 3):>14}"
-            f"{_f(cpu.get('client_pct')):>9}{_f(cpu.get('postgres_pct')):>8}{_f(cpu.get('other_pct')):>8}"
+            f"{name:<24}{figures['ok_per_second']:>8.0f}{fmt(ratio, 3):>8}"
+            f"{fmt(figures['latency_ok']['p50_ms']):>9}{fmt(figures['latency_ok']['p99_ms']):>9}{bad:>8}"
+            f"{fmt(cpu.get('server_pct')):>9}{fmt(figures.get('server_cpu_ms_per_ok'), 3):>14}"
+            f"{fmt(cpu.get('client_pct')):>9}{fmt(cpu.get('postgres_pct')):>8}{fmt(cpu.get('other_pct')):>8}"
         )
 
     lines.append(row("bare FastAPI", bare, 1.0))
@@ -662,14 +488,13 @@ def report(results: dict[str, Any]) -> str:
     )
     lines.append("PostgreSQL backends of the bench database, others = the rest of the machine in that run.")
     for name, gateway in results["gateways"].items():
-        around = gateway["closed_loop"].get("bare_around")
-        if around:
-            lines.append(
-                f"x bare of {name}: over the bare endpoint's {around['ok_per_second']:.0f} req/s around its"
-                f" closed loop ({around['before_ok_per_second']:.0f} right before,"
-                f" {around['after_ok_per_second']:.0f} right after;"
-                f" {_f(around['server_cpu_ms_per_ok'], 3)} ms of CPU a request)"
-            )
+        around = gateway["closed_loop"]["bare_around"]
+        lines.append(
+            f"x bare of {name}: over the bare endpoint's {around['ok_per_second']:.0f} req/s around its"
+            f" closed loop ({around['before_ok_per_second']:.0f} right before,"
+            f" {around['after_ok_per_second']:.0f} right after;"
+            f" {fmt(around['server_cpu_ms_per_ok'], 3)} ms of CPU a request)"
+        )
         rounds = gateway["closed_loop"].get("rounds", [])
         if len(rounds) > 1:
             each = ", ".join(f"{r['ok_per_second']:.0f}/s over {r['bare_ok_per_second']:.0f}" for r in rounds)
@@ -677,18 +502,20 @@ def report(results: dict[str, Any]) -> str:
             lines.append(f"  {len(rounds)} rounds of {name}: {each}; ratios {ratios}; the median's row above")
     lines += [
         "",
-        f"{'open loop at ' + format(s['rate'], 'g') + '/s':<24}{'sent/s':>8}{'accept p50/p99 ms':>20}"
+        f"{'open loop at ' + format(A2U_RATE, 'g') + '/s':<24}{'sent/s':>8}{'accept p50/p99 ms':>20}"
         f"{'accept->upstream p50/p99 ms':>30}{'201->upstream p50/p99 ms':>27}{'peak RSS MB':>13}",
     ]
+
+    def p50_p99(latency: dict[str, Any]) -> str:
+        return f"{fmt(latency['p50_ms'])} / {fmt(latency['p99_ms'])}"
+
     for name, gateway in results["gateways"].items():
         paced = gateway["open_loop"]
         a2u = paced["accept_to_upstream"]
         lines.append(
-            f"{'gateway, ' + name:<24}{paced['achieved_rate']:>8.0f}"
-            f"{_f(paced['latency_ok']['p50_ms']) + ' / ' + _f(paced['latency_ok']['p99_ms']):>20}"
-            f"{_f(a2u['from_request_start']['p50_ms']) + ' / ' + _f(a2u['from_request_start']['p99_ms']):>30}"
-            f"{_f(a2u['after_201']['p50_ms']) + ' / ' + _f(a2u['after_201']['p99_ms']):>27}"
-            f"{_f(gateway['peak_rss_mb']):>13}"
+            f"{'gateway, ' + name:<24}{paced['achieved_rate']:>8.0f}{p50_p99(paced['latency_ok']):>20}"
+            f"{p50_p99(a2u['from_request_start']):>30}{p50_p99(a2u['after_201']):>27}"
+            f"{fmt(gateway['peak_rss_mb']):>13}"
         )
     lines += [
         "",
@@ -699,14 +526,14 @@ def report(results: dict[str, Any]) -> str:
         f"{'target':<46}{'value':>10}  {'wanted':<12}result",
     ]
     for target in results["targets"]:
-        verdict = {True: "met", False: "NOT MET", None: "n/a (target is at 100/s)"}[target["met"]]
-        lines.append(f"{target['what']:<46}{_f(target['value'], 3):>10}  {target['target']:<12}{verdict}")
+        verdict = "met" if target["met"] else "NOT MET"
+        lines.append(f"{target['what']:<46}{fmt(target['value'], 3):>10}  {target['target']:<12}{verdict}")
     for name, gateway in results["gateways"].items():
         closed = gateway["closed_loop"]
         lines.append(
             f"\n{name}: during the closed loop the dispatcher sent "
             f"{closed['upstream_per_second_during_run']:.0f}/s upstream; backlog at the end "
-            f"{closed['backlog_at_end']}, drained in {_f(closed['drain_s'], 2)} s"
+            f"{closed['backlog_at_end']}, drained in {fmt(closed['drain_s'], 2)} s"
         )
     return "\n".join(lines)
 
@@ -741,10 +568,9 @@ def main(argv: list[str] | None = None) -> int:
             "quick": settings.quick,
             "concurrency": settings.concurrency,
             "duration": settings.duration,
-            "rate": settings.rate,
+            "rate": A2U_RATE,
             "open_duration": settings.open_duration,
             "warmup": settings.warmup,
-            "client": settings.client,
             "client_uvloop": uvloop,
             "statuses": settings.statuses,
             "keys": settings.keys,
@@ -754,23 +580,24 @@ def main(argv: list[str] | None = None) -> int:
         "gateways": {},
     }
     workdir = Path(tempfile.mkdtemp(prefix="wagate-bench-bare-"))
+    bare = None
     try:
-        with BareEndpoint(settings, workdir) as bare:
-            results["bare"] = bare.measure()
-            for database in settings.databases:
-                figures = run_gateway(settings, bare, database)
-                if figures is not None:
-                    results["gateways"][database] = figures
+        bare = BareEndpoint(settings, workdir)
+        results["bare"] = bare.measure()
+        for database in settings.databases:
+            with database_for(database) as place:
+                if place is not None:
+                    results["gateways"][database] = measure_gateway(settings, bare, database, *place)
     except KeyboardInterrupt:
         log("interrupted; servers stopped, temporary files and databases removed")
         return 143 if terminated() else 130
     finally:
+        if bare is not None:
+            bare.server.stop()
         shutil.rmtree(workdir, ignore_errors=True)
     results["targets"] = evaluate(results)
     print(report(results))
-    if settings.json is not None:
-        settings.json.write_text(json.dumps(no_nan(results), indent=2, default=str) + "\n")
-        log(f"wrote {settings.json}")
+    write_json(settings.json, results)
     return 0
 
 

@@ -15,7 +15,7 @@ import argparse
 import uvicorn
 
 from wagate.simulator.app import create_simulator_app
-from wagate.simulator.state import SimulatorConfig
+from wagate.simulator.config import SimulatorConfig
 
 
 def main() -> None:

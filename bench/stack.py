@@ -1,6 +1,7 @@
 """A whole gateway for a benchmark: the Cloud API simulator (own process), `wagate migrate`,
 `wagate provision` and `wagate serve` (own process), all on 127.0.0.1, with the simulator's
-control endpoints at hand. Everything it starts is stopped, and its work directory removed, on exit.
+control endpoints at hand; and the bare FastAPI endpoint every ratio divides by (bench/bare_app.py).
+Everything they start is stopped, and their work directories removed, on exit.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ import json
 import os
 import secrets
 import shutil
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -29,13 +29,22 @@ from common import (
     wagate_command,
     wait_http_ok,
 )
+from sqlalchemy import Engine, create_engine
 
-# The benchmark's channel, registered in the simulator so that provisioning finds its templates.
-BENCH_CHANNEL = {
-    "phone_number_id": "106540352240001",
-    "waba_id": "102290129340001",
-    "display_phone_number": "15550009999",
-}
+from wagate.core.migrate import sync_url
+
+
+def channel_spec(index: int) -> dict[str, str]:
+    """The simulator's record of bench channel `index` (1, 2, ...), registered there so that
+    provisioning finds its templates."""
+    return {
+        "phone_number_id": f"10654035224{index:04d}",
+        "waba_id": f"10229012934{index:04d}",
+        "display_phone_number": f"1555000{index:04d}",
+    }
+
+
+BENCH_CHANNEL = channel_spec(1)  # the one channel most benchmarks send on
 _numbers = itertools.count()
 
 
@@ -44,8 +53,8 @@ def next_phone_number() -> str:
     return f"+99455{1_000_000 + next(_numbers) % 9_000_000:07d}"
 
 
-def provision_spec(token: str, messages_per_second: int) -> dict[str, Any]:
-    """Like tests/support.provision_file(), cut to one account, one administrator and one channel."""
+def provision_spec(token: str, messages_per_second: int, channels: int) -> dict[str, Any]:
+    """Like tests/support.provision_file(), cut to one account, one administrator and its channels."""
     return {
         "accounts": [
             {
@@ -61,14 +70,15 @@ def provision_spec(token: str, messages_per_second: int) -> dict[str, Any]:
                 "api_keys": [{"user": "admin@bench.test", "name": "bench", "token": token}],
                 "channels": [
                     {
-                        "name": "Main",
-                        "phone_number": "+" + BENCH_CHANNEL["display_phone_number"],
-                        "phone_number_id": BENCH_CHANNEL["phone_number_id"],
-                        "waba_id": BENCH_CHANNEL["waba_id"],
+                        "name": f"Bench {index}",
+                        "phone_number": "+" + spec["display_phone_number"],
+                        "phone_number_id": spec["phone_number_id"],
+                        "waba_id": spec["waba_id"],
                         "access_token": "EAAG-bench-token",
                         "members": ["admin@bench.test"],
                         "messages_per_second": messages_per_second,
                     }
+                    for index, spec in enumerate(map(channel_spec, range(1, channels + 1)), start=1)
                 ],
             }
         ]
@@ -80,17 +90,19 @@ class GatewayStack:
     """Simulator (own process) + `wagate migrate` + `wagate provision` + `wagate serve` (own process).
 
     Use as a context manager; everything it starts is stopped on exit, its work directory removed.
-    `database_url` None means a fresh SQLite file in the work directory.
+    `database_url` None means a fresh SQLite file in the work directory. With `serve=False` nothing
+    listens on `port` until the caller starts its own processes there (bench/scale.py); the
+    simulator's status webhooks go to `port` either way.
     """
 
     database_url: str | None = None
     messages_per_second: int = 1000
-    log_level: str = "warning"
-    keep_dir: bool = False
     extra_env: dict[str, str] = field(default_factory=dict)
     # `wagate serve --no-dispatcher` and a `wagate worker` beside it (PostgreSQL): the sends and the
     # API (with Meta's webhooks) each get an event loop and a core of their own.
     split_worker: bool = False
+    channels: int = 1
+    serve: bool = True
 
     workdir: Path = field(init=False)
     sim: ManagedProcess | None = field(init=False, default=None)
@@ -131,14 +143,15 @@ class GatewayStack:
             cwd=self.workdir,
         )
         wait_http_ok(f"{self.sim_url}/_sim/config", process=self.sim)
-        http_json("POST", f"{self.sim_url}/_sim/channels", BENCH_CHANNEL)
+        for index in range(1, self.channels + 1):
+            http_json("POST", f"{self.sim_url}/_sim/channels", channel_spec(index))
         self.env = {
             **os.environ,
             "WAGATE_DATABASE_URL": self.database_url,
             "WAGATE_GRAPH_API_URL": f"{self.sim_url}/v23.0",
             "WAGATE_META_APP_SECRET": self.app_secret,
             "WAGATE_SECRET_KEY": fernet_key(),
-            "WAGATE_LOG_LEVEL": self.log_level,
+            "WAGATE_LOG_LEVEL": "warning",
             # The bench drives one process to its capacity with one API key, past the default rate per
             # key (1000/s, docs/security.md); a deployment that sends that fast from one key does the same.
             "WAGATE_API_KEY_REQUESTS_PER_SECOND": "0",
@@ -147,16 +160,20 @@ class GatewayStack:
         wagate = wagate_command()
         run_command([*wagate, "migrate"], env=self.env, cwd=self.workdir)
         spec_path = self.workdir / "provision.json"
-        spec_path.write_text(json.dumps(provision_spec(self.token, self.messages_per_second)))
+        spec = provision_spec(self.token, self.messages_per_second, self.channels)
+        spec_path.write_text(json.dumps(spec))
         provisioned = json.loads(
             run_command([*wagate, "provision", str(spec_path)], env=self.env, cwd=self.workdir)
         )
         account = provisioned["accounts"][0]
-        channel = account["channels"][0]
-        if not channel.get("templates"):
-            raise RuntimeError(f"provisioning synced no templates: {channel}")
+        for channel in account["channels"]:
+            if not channel.get("templates"):
+                raise RuntimeError(f"provisioning synced no templates: {channel}")
         self.account_id = int(account["account_id"])
-        self.channel_id = int(channel["channel_id"])
+        self.channel_ids = [int(channel["channel_id"]) for channel in account["channels"]]
+        self.channel_id = self.channel_ids[0]
+        if not self.serve:
+            return
         serve = [*wagate, "serve", "--host", LOOPBACK, "--port", str(self.port)]
         if self.split_worker:
             serve.append("--no-dispatcher")
@@ -195,9 +212,10 @@ class GatewayStack:
         channel = stats["phone_number_ids"].get(BENCH_CHANNEL["phone_number_id"])
         return int(channel["total"]) if channel else 0
 
-    def upstream_messages(self) -> list[dict[str, Any]]:
-        url = f"{self.sim_url}/_sim/messages?phone_number_id={BENCH_CHANNEL['phone_number_id']}"
-        data: list[dict[str, Any]] = http_json("GET", url, timeout=60)["data"]
+    def upstream_messages(self, channel: int = 1) -> list[dict[str, Any]]:
+        """The simulator's log of the sends on bench channel `channel` (1, 2, ...), in order of receipt."""
+        url = f"{self.sim_url}/_sim/messages?phone_number_id={channel_spec(channel)['phone_number_id']}"
+        data: list[dict[str, Any]] = http_json("GET", url, timeout=120)["data"]
         return data
 
     def wait_upstream(self, expected_total: int, *, timeout: float) -> tuple[bool, float]:
@@ -218,13 +236,47 @@ class GatewayStack:
         )
         return bool(answer["idle"])
 
+    def sync_engine(self) -> Engine:
+        """A blocking engine on the gateway's database, to read what it stored (SQLite readers do not
+        block its writer in WAL, and wait up to 30 s for its lock)."""
+        assert self.database_url is not None
+        url = sync_url(self.database_url)
+        return create_engine(url, connect_args={"timeout": 30} if url.startswith("sqlite") else {})
+
     def __exit__(self, *exc_info: object) -> None:
         try:
             for process in (self.server, self.worker, self.sim):
                 if process is not None:
                     process.stop()
         finally:
-            if self.keep_dir:
-                print(f"kept {self.workdir}", file=sys.stderr)
-            else:
-                shutil.rmtree(self.workdir, ignore_errors=True)
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+# The bare endpoint's request: the same body as a send, on the same path.
+BARE_BODY = json.dumps(
+    {
+        "channel_id": 1,
+        "phone_number": "+994551234567",
+        "template": {"name": "otp_code", "language": "en", "parameters": ["123456"]},
+    }
+).encode()
+BARE_HEADERS = {"Authorization": "Bearer wg_bench_bare", "Content-Type": "application/json"}
+
+
+class BareServer:
+    """bench/bare_app.py in a process of its own (`raw`: the plain ASGI app, no framework), answering
+    at `url`; `stop()` ends it."""
+
+    def __init__(self, workdir: Path, name: str = "bare", *, raw: bool = False) -> None:
+        self.port = free_port()
+        argv = [PYTHON, str(BENCH_DIR / "bare_app.py"), "--port", str(self.port), *(["--raw"] if raw else [])]
+        self.process = ManagedProcess(name, argv, log_dir=workdir, cwd=workdir)
+        try:
+            wait_http_ok(f"http://{LOOPBACK}:{self.port}/healthz", process=self.process)
+        except BaseException:
+            self.process.stop()
+            raise
+        self.url = f"http://{LOOPBACK}:{self.port}/v1/accounts/1/whatsapp/messages"
+
+    def stop(self) -> None:
+        self.process.stop()

@@ -27,7 +27,7 @@ CORES says how much slower).
 
 Exits 1 when a POST was refused or a status was not applied; a rate below the target is a finding.
 
-    .venv/bin/python bench/statuses.py [--messages 3000] [--backends sqlite,postgresql] [--json F]
+    .venv/bin/python bench/statuses.py [--messages 3000] [--databases sqlite,postgresql] [--json F]
         [--py-spy DIR] [--split-worker] [--cpu-quota CORES]
 """
 
@@ -37,32 +37,34 @@ import argparse
 import asyncio
 import hashlib
 import hmac
-import json
-import signal
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import orjson
 from common import (
     CPU_COUNT,
+    add_cpu_quota_option,
+    add_databases_option,
+    add_json_option,
+    add_py_spy_option,
+    add_quiet_options,
     analyze_postgres,
     cpu_snapshot,
     cpu_usage,
+    database_for,
+    databases_of,
     http_json,
     latency_summary_ms,
     limit_cpu,
-    postgres_available,
+    log,
     postgres_backend_pids,
-    start_py_spy,
-    summarize_collapsed,
-    throwaway_postgres_database,
+    py_spy,
+    quiet_machine,
     utc_stamp,
-    wait_for_quiet,
+    write_json,
 )
 from loadgen import RawHttpClient, install_uvloop
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 from stack import BENCH_CHANNEL, GatewayStack, next_phone_number
 
 TARGET_PER_SECOND = 3000
@@ -75,29 +77,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--messages", type=int, default=3000, help="messages, three statuses each")
-    parser.add_argument("--backends", default="sqlite,postgresql")
+    add_databases_option(parser)
     parser.add_argument("--concurrency", type=int, default=64, help="keep-alive connections posting statuses")
-    parser.add_argument("--json", type=Path, default=None, help="write the figures to this file")
-    parser.add_argument("--py-spy", type=Path, default=None, metavar="DIR", help="profile `wagate serve`")
-    parser.add_argument("--quiet-wait", type=float, default=60.0, help="wait up to this for a quiet machine")
+    add_json_option(parser)
+    add_py_spy_option(parser, "while the statuses are posted and applied")
+    add_quiet_options(parser, wait=60.0)
     parser.add_argument(
         "--split-worker",
         action="store_true",
         help="PostgreSQL: `serve --no-dispatcher` receives, a `wagate worker` applies",
     )
-    parser.add_argument(
-        "--cpu-quota",
-        type=float,
-        default=None,
-        metavar="CORES",
-        help="while posting, run the gateway's processes on at most this much CPU (a slower machine; root;"
-        " see common.limit_cpu)",
-    )
-    return parser.parse_args(argv)
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    add_cpu_quota_option(parser, "the gateway's processes while the statuses are posted")
+    settings = parser.parse_args(argv)
+    settings.databases = databases_of(parser, settings.databases)
+    return settings
 
 
 def send_messages(stack: GatewayStack, count: int) -> None:
@@ -215,10 +208,7 @@ def measure(
     with GatewayStack(database_url=database_url, messages_per_second=1000, split_worker=split) as stack:
         assert stack.server is not None and stack.sim is not None and stack.database_url is not None
         stack.sim_configure(auto_statuses=False)
-        sync_url = stack.database_url.replace("sqlite+aiosqlite:", "sqlite:", 1)
-        engine = create_engine(
-            sync_url, connect_args={"timeout": 30} if sync_url.startswith("sqlite") else {}
-        )
+        engine = stack.sync_engine()
         try:
             count = settings.messages
             log(f"{backend}: sending {count} messages")
@@ -238,34 +228,30 @@ def measure(
                 pids["worker"] = [stack.worker.pid]
             if db_name is not None:
                 pids["postgres"] = postgres_backend_pids(db_name)
-            machine = wait_for_quiet(
-                [p for group in pids.values() for p in group] + [stack.sim.pid], timeout=settings.quiet_wait
+            machine = quiet_machine(
+                [p for group in pids.values() for p in group] + [stack.sim.pid],
+                wait=settings.quiet_wait,
+                threshold=settings.quiet_threshold,
             )
             # Only the statuses are slowed: sending the messages before them is not what is measured.
             limit_cpu([*pids["server"], *pids.get("worker", [])], settings.cpu_quota)
-            spy = None
-            if settings.py_spy is not None:
-                settings.py_spy.mkdir(parents=True, exist_ok=True)
-                spy = start_py_spy(stack.server.pid, settings.py_spy / f"statuses-{backend}.txt", 30.0)
             log(f"{backend}: posting {len(bodies)} statuses over {settings.concurrency} connections")
             before = cpu_snapshot([p for group in pids.values() for p in group])
             start = time.perf_counter()
-            latencies, answers = asyncio.run(
-                post_all(f"{stack.url}/webhooks/whatsapp", bodies, settings.concurrency)
-            )
-            posted = time.perf_counter() - start
-            read = waiting = 0
-            deadline = time.monotonic() + 120.0
-            while time.monotonic() < deadline:
-                read, waiting = applied(engine, count)
-                if read >= count and waiting == 0:
-                    break
-                time.sleep(0.02)
-            elapsed = time.perf_counter() - start
+            with py_spy(stack.server.pid, settings.py_spy, f"statuses-{backend}", 120.0):
+                latencies, answers = asyncio.run(
+                    post_all(f"{stack.url}/webhooks/whatsapp", bodies, settings.concurrency)
+                )
+                posted = time.perf_counter() - start
+                read = waiting = 0
+                deadline = time.monotonic() + 120.0
+                while time.monotonic() < deadline:
+                    read, waiting = applied(engine, count)
+                    if read >= count and waiting == 0:
+                        break
+                    time.sleep(0.02)
+                elapsed = time.perf_counter() - start
             after = cpu_snapshot([p for group in pids.values() for p in group])
-            if spy is not None:
-                spy.send_signal(signal.SIGINT)  # py-spy writes what it sampled when interrupted
-                spy.wait(timeout=30)
         finally:
             engine.dispose()
         cpu = cpu_usage(before, after, pids)
@@ -296,8 +282,6 @@ def measure(
             figures["postgres_cpu_ms_per_status"] = round(
                 cpu["postgres_pct"] / 100 * elapsed * 1000 / statuses, 3
             )
-        if spy is not None and settings.py_spy is not None:
-            figures["profile"] = summarize_collapsed(settings.py_spy / f"statuses-{backend}.txt")
         return figures
 
 
@@ -326,22 +310,12 @@ def main(argv: list[str] | None = None) -> int:
     settings = parse_args(argv)
     install_uvloop()
     results = []
-    for backend in [b.strip() for b in settings.backends.split(",") if b.strip()]:
-        if backend == "sqlite":
-            results.append(measure(settings, backend, None, None))
-        elif backend == "postgresql":
-            if not postgres_available():
-                log("postgresql: 127.0.0.1:5432 does not answer; skipped")
-                continue
-            with throwaway_postgres_database() as (url, name):
-                results.append(measure(settings, backend, url, name))
-        else:
-            raise SystemExit(f"unknown backend {backend!r}")
+    for database in settings.databases:
+        with database_for(database) as place:
+            if place is not None:
+                results.append(measure(settings, database, *place))
     print(report(results))
-    if settings.json is not None:
-        settings.json.write_text(
-            json.dumps({"date": utc_stamp(), "cpus": CPU_COUNT, "results": results}, indent=2)
-        )
+    write_json(settings.json, {"date": utc_stamp(), "cpus": CPU_COUNT, "results": results})
     failed = [r["backend"] for r in results if r["refused_posts"] or not r["all_applied"]]
     if failed:
         log(f"statuses refused or not applied on: {', '.join(failed)}")

@@ -48,20 +48,21 @@ from typing import IO, Any
 from common import (
     BENCH_DIR,
     CPU_COUNT,
+    DATABASES,
     REPO_DIR,
-    no_nan,
+    log,
     postgres_available,
     utc_stamp,
+    write_json,
 )
 
 BENCHES = ("send", "bulk", "statuses", "statuses-worker", "events")
-DATABASES = ("sqlite", "postgresql")
 TITLE = {"sqlite": "SQLite", "postgresql": "PostgreSQL"}
 
 # DESIGN.md, "Targets".
 RATIO_TO_BARE = {"sqlite": 0.25, "postgresql": 0.30}
 P99_AT_64_MS = 50.0  # PostgreSQL's
-A2U_RATE = 100.0
+A2U_RATE = 100.0  # send_path.py's open loop
 A2U_P50_MS = 5.0
 A2U_P99_MS = 25.0
 BULK_RATES = (80, 1000)
@@ -72,10 +73,6 @@ RSS_MB = 300.0
 STATUSES_PER_MESSAGE = 3  # sent, delivered, read
 
 STDERR_TAIL = 40
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 class Settings(argparse.Namespace):
@@ -157,18 +154,17 @@ class BenchRun:
 def bench_command(name: str, settings: Settings, json_path: Path) -> list[str]:
     databases = ",".join(settings.databases)
     if name == "send":
-        args = ["send_path.py", "--quick", "--no-statuses", "--rounds", "3", "--databases", databases]
+        args = ["send_path.py", "--quick", "--no-statuses", "--rounds", "3"]
     elif name == "bulk":
-        rates = ",".join(str(rate) for rate in BULK_RATES)
-        args = ["bulk.py", "--backends", databases, "--rates", rates, "--recipients", "1000", "--no-single"]
+        args = ["bulk.py", "--rates", ",".join(str(rate) for rate in BULK_RATES), "--no-single"]
     elif name == "statuses":
-        args = ["statuses.py", "--backends", databases, "--messages", str(settings.messages)]
+        args = ["statuses.py", "--messages", str(settings.messages)]
     elif name == "statuses-worker":
-        messages = str(settings.messages)
-        args = ["statuses.py", "--backends", "postgresql", "--split-worker", "--messages", messages]
+        args = ["statuses.py", "--split-worker", "--messages", str(settings.messages)]
+        databases = "postgresql"
     else:
-        args = ["events_delivery.py", "--backends", databases, "--events", str(settings.events)]
-    args += ["--quiet-wait", f"{settings.quiet_wait:g}"]
+        args = ["events_delivery.py", "--events", str(settings.events)]
+    args += ["--databases", databases, "--quiet-wait", f"{settings.quiet_wait:g}"]
     return [sys.executable, str(BENCH_DIR / args[0]), *args[1:], "--json", str(json_path)]
 
 
@@ -434,13 +430,6 @@ def build_rows(figures: Figures) -> tuple[list[Row], dict[str, Any]]:
         )
     )
 
-    def a2u_not_judged(database: str) -> str | None:
-        gateway = figures.send(database)
-        rate = _num(_dig(gateway, "open_loop", "target_rate"))
-        if rate is not None and rate != A2U_RATE:
-            return f"measured at {rate:g} msg/s, the target is at {A2U_RATE:g}"
-        return None
-
     for quantile, bound in (("p50", A2U_P50_MS), ("p99", A2U_P99_MS)):
         rows.append(
             judged_row(
@@ -451,7 +440,6 @@ def build_rows(figures: Figures) -> tuple[list[Row], dict[str, Any]]:
                 ms_text,
                 met=less_than(bound),
                 ratio=to_target(bound),
-                not_judged=a2u_not_judged,
             )
         )
 
@@ -739,21 +727,9 @@ def report(
         "  sends/s row, the gateway's accepted/s over the bare endpoint's req/s around that closed loop",
         "  (the mean of a closed loop of the bare endpoint right before it and one right after it):",
         "  " + around_text(figures) + ".",
-        "accepted sends/s, p99: send_path.py --quick --no-statuses --rounds 3: three closed loops of 3 s",
-        "  over 64 keep-alive connections, the one of the median ratio shown; the simulator sends no",
-        "  status webhooks (the isolated figure). accept->upstream:",
-        "  its open loop at 100 msg/s for 3 s, from the client starting the POST to the simulator",
-        "  receiving that message's Cloud API call.",
-        "bulk: bulk.py --no-single, one batch of 1000 numbers per limit; share = (n - 1) / (last - first",
-        "  send) over the limit; most in any 1 s: every [t, t + 1 s) at the simulator.",
-        f"statuses: statuses.py --messages {settings.messages}: {STATUSES_PER_MESSAGE} statuses a message, "
-        "one per signed POST over 64",
-        "  connections, from the first POST until every message reads 'read' and no stored webhook is left.",
-        "[p] statuses.py --split-worker: the same on PostgreSQL with `wagate serve --no-dispatcher`",
-        "  receiving and a `wagate worker` applying (DESIGN.md's layout at scale, on this one machine):",
-        "  what one more process adds (issue 18 point 3); the row above is one `wagate serve`.",
-        f"events: events_delivery.py --events {settings.events}: (N - 1) / (last - first arrival) at the "
-        "receiver.",
+        "How each benchmark takes its figure: bench/targets.py's docstring and docs/performance.md.",
+        "[p] statuses.py --split-worker: PostgreSQL's statuses with `wagate serve --no-dispatcher`",
+        "  receiving and a `wagate worker` applying; the row above is one `wagate serve`.",
         "peak RSS: the highest VmHWM of the `wagate serve` processes that send_path, bulk and",
         "  events_delivery started (statuses.py does not report it): "
         + (
@@ -884,8 +860,9 @@ def main(argv: list[str] | None = None) -> int:
     rows, extra = build_rows(figures)
     print(report(settings, figures, rows, extra, header), flush=True)
     failed = [run for run in runs.values() if run.failed]
-    if settings.json is not None:
-        results = {
+    write_json(
+        settings.json,
+        {
             **header,
             "cpus": CPU_COUNT,
             "bare_ok_per_second": figures.bare_per_second(),
@@ -919,9 +896,8 @@ def main(argv: list[str] | None = None) -> int:
                 }
                 for run in runs.values()
             },
-        }
-        settings.json.write_text(json.dumps(no_nan(results), indent=2, default=str) + "\n")
-        log(f"wrote {settings.json}")
+        },
+    )
     for run in failed:
         print(
             f"\n{Path(run.command[1]).name} failed: {run.error}; the last lines of its stderr:",

@@ -174,7 +174,7 @@ class Client:
     retried: int = 0
     refused: list[str] = field(default_factory=list)
     # Without keys (the wake-up phase): the keys play no part in how a send is woken. (They once cost
-    # the API process about 4 ms of CPU a request; since d4b0895 about 0.3-0.7 ms, bench/low_rate.py.)
+    # the API process about 4 ms of CPU a request; since d4b0895 about 0.3-0.7 ms: decision 0005.)
     keyed: bool = True
 
     def post(self, http: Poster, n: int, path: str, body: dict[str, Any], want: int) -> Any:
