@@ -11,7 +11,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import and_, delete, select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
@@ -22,7 +22,6 @@ from wagate.accounts.models import ApiKey, DashboardSession, Role, User
 from wagate.accounts.passwords import password_checks
 from wagate.accounts.sign_in_limits import AttemptKeys, count_attempt, take_back_attempt, uncount_attempt
 from wagate.audit.models import AuditAction
-from wagate.channels.models import Channel, ChannelMember
 from wagate.core.db import Database, utcnow
 from wagate.core.errors import (
     ApiKeyNameTaken,
@@ -305,39 +304,6 @@ async def session_user(gateway: Gateway, token: str) -> SessionUser | None:
     user: User = row[0]
     principal = Principal(api_key_id=None, user_id=user.id, account_id=user.account_id, role=user.role)
     return SessionUser(principal, user.name, user.email, row[1])
-
-
-@dataclass(frozen=True)
-class SessionInboxes:
-    """What a dashboard session may still see: until when, and the ids of its user's inboxes."""
-
-    user_id: int
-    expires_at: datetime
-    inbox_ids: frozenset[int]
-
-
-async def session_inboxes(gateway: Gateway, token: str) -> SessionInboxes | None:
-    """The session's end and its user's inboxes (channels of the user's account they are a member
-    of), in one query; None when the session is unknown, signed out or expired. The live stream
-    asks again every few seconds (wagate.dashboard.routes, LIVE_RECHECK_SECONDS)."""
-    inbox = and_(Channel.id == ChannelMember.channel_id, Channel.account_id == User.account_id)
-    async with gateway.db.read() as session:
-        rows = (
-            await session.execute(
-                select(User.id, DashboardSession.expires_at, Channel.id)
-                .join(DashboardSession, DashboardSession.user_id == User.id)
-                .outerjoin(ChannelMember, ChannelMember.user_id == User.id)
-                .outerjoin(Channel, inbox)
-                .where(
-                    DashboardSession.token_hash == hash_api_token(token),
-                    DashboardSession.expires_at > utcnow(),
-                )
-            )
-        ).all()
-    if not rows:
-        return None
-    inbox_ids = frozenset(row[2] for row in rows if row[2] is not None)
-    return SessionInboxes(rows[0][0], rows[0][1], inbox_ids)
 
 
 def end_sessions(session: Session, *, user_id: int) -> int:

@@ -17,10 +17,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from wagate.accounts.endpoints import router as accounts_router
 from wagate.api.api_docs import install_api_docs
 from wagate.api.health import HealthChecks
 from wagate.api.process import GatewayProcess
-from wagate.audit.endpoints import router as audit_router
 from wagate.bulk.endpoints import router as bulk_router
 from wagate.channels.endpoints import router as channels_router
 from wagate.channels.service import channel_id_for_number
@@ -215,7 +215,7 @@ def create_app(settings: Settings | None = None, *, run_dispatcher: bool = True)
         bulk_router,
         events_router,
         usage_api,
-        audit_router,
+        accounts_router,
     ):
         app.include_router(router, prefix="/v1")
     # Outermost: its line and count cover every answer, the guard's refusals too.

@@ -6,17 +6,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import delete, exists, select, update
+from sqlalchemy import and_, delete, exists, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from wagate.accounts.actors import By, record_change
 from wagate.accounts.auth import Principal
-from wagate.accounts.models import Role, User
+from wagate.accounts.models import DashboardSession, Role, User
 from wagate.audit.models import SYSTEM, AuditAction
 from wagate.channels.models import Channel, ChannelMember
 from wagate.core.cache import Caches, Part, TTLCache
+from wagate.core.db import utcnow
 from wagate.core.errors import ChannelNotFound, Forbidden, UserNotFound
+from wagate.core.security import hash_api_token
 from wagate.runtime.gateway import Gateway
 
 # A channel a caller may use, by (user, account, channel): a send checks it on every request. A refusal
@@ -306,3 +308,39 @@ def resume_channel(session: Session, channel_id: int, *, by: By = SYSTEM, why: s
         changes=changes,
     )
     return True
+
+
+# --- what a dashboard session may see, asked again while its live stream runs ---------------------
+
+
+@dataclass(frozen=True)
+class SessionInboxes:
+    """What a dashboard session may still see: until when, and the ids of its user's inboxes."""
+
+    user_id: int
+    expires_at: datetime
+    inbox_ids: frozenset[int]
+
+
+async def session_inboxes(gateway: Gateway, token: str) -> SessionInboxes | None:
+    """The session's end and its user's inboxes (channels of the user's account they are a member
+    of), in one query; None when the session is unknown, signed out or expired. The live stream
+    asks again every few seconds (wagate.dashboard.routes, LIVE_RECHECK_SECONDS)."""
+    inbox = and_(Channel.id == ChannelMember.channel_id, Channel.account_id == User.account_id)
+    async with gateway.db.read() as session:
+        rows = (
+            await session.execute(
+                select(User.id, DashboardSession.expires_at, Channel.id)
+                .join(DashboardSession, DashboardSession.user_id == User.id)
+                .outerjoin(ChannelMember, ChannelMember.user_id == User.id)
+                .outerjoin(Channel, inbox)
+                .where(
+                    DashboardSession.token_hash == hash_api_token(token),
+                    DashboardSession.expires_at > utcnow(),
+                )
+            )
+        ).all()
+    if not rows:
+        return None
+    inbox_ids = frozenset(row[2] for row in rows if row[2] is not None)
+    return SessionInboxes(rows[0][0], rows[0][1], inbox_ids)

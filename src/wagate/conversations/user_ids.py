@@ -12,6 +12,8 @@ contact is deleted. Rare, so a handful of plain statements.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from sqlalchemy import delete, or_, select, update
 from sqlalchemy.orm import Session
 
@@ -25,11 +27,20 @@ from wagate.conversations.models import (
 )
 from wagate.conversations.repository.writes import insert_customer_id
 from wagate.conversations.search import contact_key
-from wagate.messages.models import Message
+
+# Moves the messages of one conversation (the first id) into another (the second): the messages
+# domain's rows, which a merge of two contacts carries over (wagate.messages.repository).
+MoveMessages = Callable[[Session, int, int], None]
 
 
 def change_user_id(
-    session: Session, *, account_id: int, previous: str, current: str, parent_user_id: str | None = None
+    session: Session,
+    *,
+    account_id: int,
+    previous: str,
+    current: str,
+    move_messages: MoveMessages,
+    parent_user_id: str | None = None,
 ) -> int | None:
     """Move the account's customer from `previous` to `current`; returns their contact (None when
     neither id is known: there is nobody to move)."""
@@ -54,7 +65,7 @@ def change_user_id(
             )
         )
     if absorbed is not None and absorbed != contact_id:
-        _merge_contacts(session, keep=contact_id, absorb=absorbed)
+        _merge_contacts(session, keep=contact_id, absorb=absorbed, move_messages=move_messages)
     # Sends by the old id, and by ids it had replaced, go to the new one; the new one is current.
     session.execute(
         update(CustomerId)
@@ -72,7 +83,7 @@ def change_user_id(
     return contact_id
 
 
-def _merge_contacts(session: Session, *, keep: int, absorb: int) -> None:
+def _merge_contacts(session: Session, *, keep: int, absorb: int, move_messages: MoveMessages) -> None:
     """`absorb` becomes part of `keep`: its conversations (merged per channel), user ids, marketing
     choices, and its number and profile when `keep` has none; then it is deleted."""
     session.flush()
@@ -83,9 +94,7 @@ def _merge_contacts(session: Session, *, keep: int, absorb: int) -> None:
         if target is None:
             moving.contact_id = keep
             continue
-        session.execute(
-            update(Message).where(Message.conversation_id == moving.id).values(conversation_id=target.id)
-        )
+        move_messages(session, moving.id, target.id)
         times = [t for t in (target.last_customer_message_at, moving.last_customer_message_at) if t]
         target.last_customer_message_at = max(times) if times else None
         if moving.last_activity_at > target.last_activity_at:  # its last message is the later one

@@ -20,7 +20,8 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 
-from wagate.accounts.service import SessionInboxes, SessionUser, session_inboxes
+from wagate.accounts.service import SessionUser
+from wagate.channels.service import SessionInboxes, session_inboxes
 from wagate.core.db import utcnow
 from wagate.core.live import LiveKind, reset_for
 from wagate.dashboard import views

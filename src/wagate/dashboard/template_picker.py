@@ -7,10 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from wagate.messages.queries import reply_templates
 from wagate.runtime.gateway import Gateway
 from wagate.templates.models import Template
 from wagate.templates.render import render_template_text
-from wagate.templates.service import list_templates, reply_templates
+from wagate.templates.service import list_templates
 from wagate.templates.variables import MEDIA_HEADER, header_format
 
 

@@ -18,6 +18,8 @@ from wagate.core.phones import normalize_phone_number
 from wagate.messages import repository
 from wagate.messages.models import Direction, Message, MessageStatus, SentMessage
 from wagate.messages.repository import SentFilter
+from wagate.templates.models import Template
+from wagate.templates.service import APPROVED, list_templates
 
 
 async def read_message(session: AsyncSession, *, principal: Principal, message_id: str) -> SentMessage:
@@ -248,3 +250,23 @@ async def failed_reply(
         else None
     )
     return FailedReply(None if template else message.text, template)
+
+
+@dataclass(frozen=True)
+class ReplyTemplates:
+    """A channel's approved templates as a reply picks one: those the account used last first."""
+
+    recent: list[Template]  # most recent first
+    others: list[Template]  # the rest, by name and language
+
+
+async def reply_templates(session: AsyncSession, *, account_id: int, channel_id: int) -> ReplyTemplates:
+    approved = await list_templates(session, channel_ids=[channel_id], status=APPROVED)
+    by_key = {(template.name, template.language): template for template in approved}
+    recent_keys = await repository.recently_sent_templates(
+        session, account_id=account_id, channel_id=channel_id
+    )
+    # A template sent before but no longer approved (paused, deleted) is not offered again.
+    recent = [by_key[key] for key in recent_keys if key in by_key]
+    chosen = {(template.name, template.language) for template in recent}
+    return ReplyTemplates(recent, [t for t in approved if (t.name, t.language) not in chosen])

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, case, func, insert, select, tuple_, union_all
+from sqlalchemy import ColumnElement, Select, case, func, insert, select, tuple_, union_all, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
@@ -349,3 +349,45 @@ async def failure_counts(
         )
     )
     return [(str(b), r, int(n)) for b, r, n in rows]
+
+
+# How far back "recently used" looks: the channel's last template sends, newest first (the message
+# log's index), so the query reads a bounded range however many messages the channel has.
+RECENT_SENDS_SCANNED = 500
+
+
+async def recently_sent_templates(
+    session: AsyncSession, *, account_id: int, channel_id: int, limit: int = 5
+) -> list[tuple[str, str]]:
+    """The (name, language) of the templates the account last sent from the channel, the most recent
+    first, at most `limit` of them: one query."""
+    recent = (
+        select(Message.template_name, Message.template_language, Message.created_at)
+        .where(
+            Message.channel_id == channel_id,
+            Message.direction == Direction.outbound,
+            Message.account_id == account_id,
+            Message.template_name.is_not(None),
+            Message.template_language.is_not(None),
+        )
+        .order_by(Message.created_at.desc())
+        .limit(RECENT_SENDS_SCANNED)
+        .subquery()
+    )
+    last_sent = func.max(recent.c.created_at)
+    rows = await session.execute(
+        select(recent.c.template_name, recent.c.template_language)
+        .group_by(recent.c.template_name, recent.c.template_language)
+        .order_by(last_sent.desc())
+        .limit(limit)
+    )
+    return [(name, language) for name, language in rows]
+
+
+def move_conversation_messages(session: Session, from_conversation: int, to_conversation: int) -> None:
+    """The messages of one conversation become another's (two contacts of one customer merged)."""
+    session.execute(
+        update(Message)
+        .where(Message.conversation_id == from_conversation)
+        .values(conversation_id=to_conversation)
+    )

@@ -34,6 +34,7 @@ from wagate.core.db import isoformat, utcnow
 from wagate.core.ids import new_id
 from wagate.core.live import LiveChange, LiveKind, record_live
 from wagate.messages.models import Direction, Message, MessageStatus
+from wagate.messages.repository import move_conversation_messages
 from wagate.whatsapp.payloads import CustomerRef
 from wagate.whatsapp.standby import EchoMessage, Handover
 from wagate.whatsapp.system_messages import USER_CHANGED_NUMBER, SystemMessage
@@ -197,6 +198,7 @@ def apply_system_messages(session: Session, *, channel: Channel, notices: list[S
                 account_id=channel.account_id,
                 previous=notice.previous_user_id[:USER_ID_LENGTH],
                 current=notice.user_id[:USER_ID_LENGTH],
+                move_messages=move_conversation_messages,
                 parent_user_id=notice.parent_user_id[:USER_ID_LENGTH] if notice.parent_user_id else None,
             )
         elif notice.previous_user_id:

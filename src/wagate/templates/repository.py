@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from wagate.channels.models import Channel
 from wagate.core.db import utcnow
-from wagate.messages.models import Direction, Message
 from wagate.templates.models import Template
 from wagate.templates.variables import template_variables
 from wagate.whatsapp.outbound import TemplateRecord
@@ -87,36 +86,3 @@ def replace_templates(session: Session, *, channel: Channel, records: Sequence[T
     channel.templates_synced_at = now
     session.flush()
     return len(seen)
-
-
-# How far back "recently used" looks: the channel's last template sends, newest first (the message
-# log's index), so the query reads a bounded range however many messages the channel has.
-RECENT_SENDS_SCANNED = 500
-
-
-async def recently_sent_templates(
-    session: AsyncSession, *, account_id: int, channel_id: int, limit: int = 5
-) -> list[tuple[str, str]]:
-    """The (name, language) of the templates the account last sent from the channel, the most recent
-    first, at most `limit` of them: one query."""
-    recent = (
-        select(Message.template_name, Message.template_language, Message.created_at)
-        .where(
-            Message.channel_id == channel_id,
-            Message.direction == Direction.outbound,
-            Message.account_id == account_id,
-            Message.template_name.is_not(None),
-            Message.template_language.is_not(None),
-        )
-        .order_by(Message.created_at.desc())
-        .limit(RECENT_SENDS_SCANNED)
-        .subquery()
-    )
-    last_sent = func.max(recent.c.created_at)
-    rows = await session.execute(
-        select(recent.c.template_name, recent.c.template_language)
-        .group_by(recent.c.template_name, recent.c.template_language)
-        .order_by(last_sent.desc())
-        .limit(limit)
-    )
-    return [(name, language) for name, language in rows]

@@ -79,26 +79,6 @@ async def list_templates(
 
 
 @dataclass(frozen=True)
-class ReplyTemplates:
-    """A channel's approved templates as a reply picks one: those the account used last first."""
-
-    recent: list[Template]  # most recent first
-    others: list[Template]  # the rest, by name and language
-
-
-async def reply_templates(session: AsyncSession, *, account_id: int, channel_id: int) -> ReplyTemplates:
-    approved = await list_templates(session, channel_ids=[channel_id], status=APPROVED)
-    by_key = {(template.name, template.language): template for template in approved}
-    recent_keys = await repository.recently_sent_templates(
-        session, account_id=account_id, channel_id=channel_id
-    )
-    # A template sent before but no longer approved (paused, deleted) is not offered again.
-    recent = [by_key[key] for key in recent_keys if key in by_key]
-    chosen = {(template.name, template.language) for template in recent}
-    return ReplyTemplates(recent, [t for t in approved if (t.name, t.language) not in chosen])
-
-
-@dataclass(frozen=True)
 class TemplatePage:
     rows: list[Template]
     has_more: bool

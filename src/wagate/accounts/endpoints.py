@@ -1,3 +1,5 @@
+"""The account's own operations over HTTP: its audit log (the records are the audit domain's)."""
+
 from __future__ import annotations
 
 from typing import Annotated
