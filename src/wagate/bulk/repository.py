@@ -15,15 +15,15 @@ from wagate.bulk.models import Batch, BatchRecipient, BatchStatus, PreparedBatch
 from wagate.core.db import utcnow
 from wagate.core.tables import table_of
 from wagate.messages.models import Message
-from wagate.messages.repository import store_sends
 from wagate.outbox.models import JobKind, OutboxJob, Priority
 
 RETENTION = timedelta(days=7)
 _INSERT_RECIPIENTS = insert(table_of(BatchRecipient))
 
 
-def store_batch(session: Session, batch: PreparedBatch, *, notify_others: bool = True) -> None:
-    """The unit of work behind the 202: the batch, its recipients, and every message with its outbox row."""
+def store_batch(session: Session, batch: PreparedBatch) -> Batch:
+    """The batch and its recipients (its messages are stored beside, by `bulk.service.accept_batch`);
+    a batch that accepted no recipient is complete at once, and says so."""
     now = utcnow()
     template = batch.template.template
     accepted = len(batch.sends)
@@ -57,10 +57,9 @@ def store_batch(session: Session, batch: PreparedBatch, *, notify_others: bool =
             for position, (number, message_id, error) in enumerate(batch.recipients)
         ],
     )
-    if accepted:
-        store_sends(session, batch.sends, notify_others=notify_others)
-    else:
+    if not accepted:
         publish_completed(session, [row], batch.subscriptions)
+    return row
 
 
 async def bulk_sends_waiting(session: AsyncSession, *, channel_id: int, up_to: int) -> int:

@@ -47,7 +47,7 @@ from wagate.idempotency.service import AlreadyAnswered, IdempotentRequest, answe
 from wagate.messages.models import BoundTemplate, MessageStatus, PreparedSend
 from wagate.messages.outbound import build_send
 from wagate.messages.schemas import TemplateRef
-from wagate.messages.service import check_media_link, checked_callback
+from wagate.messages.service import check_media_link, checked_callback, store_sends
 from wagate.observability.logs import note_request
 from wagate.outbox.models import Priority
 from wagate.runtime.gateway import Gateway
@@ -299,7 +299,10 @@ async def accept_batch(
     def unit(session: Session) -> AlreadyAnswered | None:
         if (repeat := answered_before(session, idem)) is not None:
             return repeat
-        repository.store_batch(session, batch, notify_others=not dispatcher.owns(batch.channel_id))
+        # One transaction: the batch, its recipients, and every message with its outbox row.
+        repository.store_batch(session, batch)
+        if batch.sends:
+            store_sends(session, batch.sends, notify_others=not dispatcher.owns(batch.channel_id))
         remember_accepted(
             session,
             idem,

@@ -25,7 +25,20 @@ from wagate.conversations.repository.customer_lookups import (
     marketing_stopped,
     open_windows,
 )
+
+# The `name as name` imports are published: what other domains' units of work do to contacts and
+# conversations in their own transaction (a send's contact and conversation: messages.send_rows and
+# messages.repository; a customer's message or a reply of Meta's AI agent: messages.customer_messages
+# and messages.standby). This service is the conversations' one door; no other domain imports their
+# repository.
+from wagate.conversations.repository.writes import contacts_and_conversations as contacts_and_conversations
+from wagate.conversations.repository.writes import contacts_of_numbers as contacts_of_numbers
+from wagate.conversations.repository.writes import contacts_of_user_ids as contacts_of_user_ids
 from wagate.conversations.repository.writes import first_user_id, set_status
+from wagate.conversations.repository.writes import get_or_create_conversation as get_or_create_conversation
+from wagate.conversations.repository.writes import set_marketing_preferences as set_marketing_preferences
+from wagate.conversations.repository.writes import statuses_before as statuses_before
+from wagate.conversations.repository.writes import touch_after_sends as touch_after_sends
 from wagate.conversations.search import QUERY_LENGTH
 from wagate.core.db import utcnow
 from wagate.core.errors import ConversationNotFound, MarketingPreferenceStopped

@@ -10,7 +10,7 @@ from wagate.channels.models import Channel
 from wagate.conversations.customers import Customers, phone_of_wa_id
 from wagate.conversations.last_message import FROM_CUSTOMER, LastMessage, note_last_message
 from wagate.conversations.models import HANDLED_BY_AGENT, HANDLED_BY_APP, ConversationStatus
-from wagate.conversations.repository.writes import get_or_create_conversation, set_marketing_preferences
+from wagate.conversations.service import get_or_create_conversation, set_marketing_preferences
 from wagate.core.db import utcnow
 from wagate.core.live import LiveChange, LiveKind, record_live
 from wagate.events.publish import ConversationChange, publish_conversation_changes

@@ -15,8 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from wagate.conversations.models import Conversation, ConversationStatus
-from wagate.conversations.repository.writes import statuses_before, touch_after_sends
-from wagate.conversations.service import status_after_send
+from wagate.conversations.service import status_after_send, statuses_before, touch_after_sends
 from wagate.core.db import dialect_name, utcnow
 from wagate.core.live import LiveChange, LiveKind, record_live
 from wagate.core.tables import table_of

@@ -12,7 +12,7 @@ from sqlalchemy import Select, insert, select
 from sqlalchemy.orm import Session
 
 from wagate.conversations.last_message import LastMessage, written_by
-from wagate.conversations.repository.writes import (
+from wagate.conversations.service import (
     contacts_and_conversations,
     contacts_of_numbers,
     contacts_of_user_ids,

@@ -33,6 +33,9 @@ from wagate.messages.models import (
     SendPreview,
 )
 from wagate.messages.outbound import build_send
+
+# A send's rows, for another domain's unit of work (bulk stores a batch's sends with it).
+from wagate.messages.repository import store_sends as store_sends
 from wagate.messages.schemas import SendMessageRequest, StatusCallback, TemplateRef, accepted_view
 from wagate.observability.logs import note_request
 from wagate.outbox.models import ClaimedSend, FastClaim

@@ -28,7 +28,7 @@ from wagate.conversations.models import (
     ConversationStatus,
     CustomerId,
 )
-from wagate.conversations.repository.writes import get_or_create_conversation
+from wagate.conversations.service import get_or_create_conversation
 from wagate.conversations.user_ids import change_user_id
 from wagate.core.db import isoformat, utcnow
 from wagate.core.ids import new_id
