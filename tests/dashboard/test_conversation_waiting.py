@@ -12,10 +12,9 @@ from __future__ import annotations
 import re
 import secrets
 import time
-from collections.abc import Iterator
 
 import pytest
-from playwright.sync_api import Locator, Page, expect
+from playwright.sync_api import Browser, BrowserContext, Cookie, Locator, Page, expect
 from test_dashboard_conversations import LIVE, sign_in
 
 from support.harness import Gateway, new_number, post_meta, signed_in, wait_for, webhook
@@ -24,10 +23,21 @@ from support.harness import change as meta_change
 QUESTION = "Salam! Sifarişim #4411 hələ gəlməyib, cümə gününə qədər lazımdır. Kuryer nə vaxt gələcək?"
 
 
+@pytest.fixture(scope="module")
+def session_cookies(browser: Browser, gateway: Gateway) -> list[Cookie]:
+    """Signed in once per database, through the sign-in form: each test's context starts with the
+    session's cookies (the tests here are about the list, not the sign-in, which took a second each)."""
+    context = browser.new_context()
+    try:
+        sign_in(context.new_page(), gateway)
+        return context.cookies()
+    finally:
+        context.close()
+
+
 @pytest.fixture(autouse=True)
-def _signed_in(page: Page, gateway: Gateway) -> Iterator[None]:
-    sign_in(page, gateway)
-    yield
+def _signed_in(context: BrowserContext, session_cookies: list[Cookie]) -> None:
+    context.add_cookies(session_cookies)  # type: ignore[arg-type]
 
 
 def customer_writes(gateway: Gateway, number: str, text: str, *, name: str, hours_ago: float = 0) -> None:
