@@ -325,7 +325,7 @@ class SessionInboxes:
 async def session_inboxes(gateway: Gateway, token: str) -> SessionInboxes | None:
     """The session's end and its user's inboxes (channels of the user's account they are a member
     of), in one query; None when the session is unknown, signed out or expired. The live stream
-    asks again every few seconds (wagate.dashboard.routes, LIVE_RECHECK_SECONDS)."""
+    asks again every few seconds (wagate.dashboard.live_stream, LIVE_RECHECK_SECONDS)."""
     inbox = and_(Channel.id == ChannelMember.channel_id, Channel.account_id == User.account_id)
     async with gateway.db.read() as session:
         rows = (

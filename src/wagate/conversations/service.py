@@ -1,4 +1,11 @@
-"""Conversations and the customer's 24-hour window: the rules, and the status change agents make."""
+"""Conversations and the customer's 24-hour window: the rules, and the status change agents make.
+
+The conversations' one door for other parts: the `name as name` imports are published, so that no
+other domain and no page imports the conversations' repository: the list's row and its "Needs reply"
+view (the dashboard), and what other domains' units of work do to contacts and conversations in their
+own transaction (a send's contact and conversation: messages.send_rows and messages.repository; a
+customer's message or a reply of Meta's AI agent: messages.customer_messages and messages.standby).
+"""
 
 from __future__ import annotations
 
@@ -11,9 +18,9 @@ from sqlalchemy.orm import Session
 from wagate.accounts.auth import Principal
 from wagate.channels.service import channel_for_caller, channel_for_member, member_channels
 from wagate.conversations.models import Contact, Conversation, ConversationStatus, Window
+from wagate.conversations.repository.conversation_list import NEEDS_REPLY as NEEDS_REPLY
+from wagate.conversations.repository.conversation_list import ConversationRow as ConversationRow
 from wagate.conversations.repository.conversation_list import (
-    NEEDS_REPLY,
-    ConversationRow,
     conversation_row,
     count_conversations,
     list_conversations,
@@ -25,12 +32,6 @@ from wagate.conversations.repository.customer_lookups import (
     marketing_stopped,
     open_windows,
 )
-
-# The `name as name` imports are published: what other domains' units of work do to contacts and
-# conversations in their own transaction (a send's contact and conversation: messages.send_rows and
-# messages.repository; a customer's message or a reply of Meta's AI agent: messages.customer_messages
-# and messages.standby). This service is the conversations' one door; no other domain imports their
-# repository.
 from wagate.conversations.repository.writes import contacts_and_conversations as contacts_and_conversations
 from wagate.conversations.repository.writes import contacts_of_numbers as contacts_of_numbers
 from wagate.conversations.repository.writes import contacts_of_user_ids as contacts_of_user_ids

@@ -13,14 +13,15 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from wagate.core.errors import AdministratorRequired, InvalidRequest
 from wagate.dashboard import (
     bulk_pages,
+    conversation_pages,
     message_log,
     message_log_csv,
     settings_access,
     settings_webhooks,
+    sign_in_pages,
     usage_pages,
 )
-from wagate.dashboard.routes import form_refused, router
-from wagate.dashboard.web import STATIC, FormRefused, SignInRequired, error_page, login_redirect
+from wagate.dashboard.web import STATIC, FormRefused, SignInRequired, error_page, form_refused, login_redirect
 
 __all__ = ["install_dashboard"]
 
@@ -48,8 +49,16 @@ class EmptyFiltersUnset:
 def install_dashboard(app: FastAPI) -> None:
     app.add_middleware(EmptyFiltersUnset)
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
-    app.include_router(router)
-    for area in (settings_webhooks, settings_access, message_log, message_log_csv, usage_pages, bulk_pages):
+    for area in (
+        sign_in_pages,
+        conversation_pages,
+        settings_webhooks,
+        settings_access,
+        message_log,
+        message_log_csv,
+        usage_pages,
+        bulk_pages,
+    ):
         app.include_router(area.router)
 
     @app.exception_handler(AdministratorRequired)

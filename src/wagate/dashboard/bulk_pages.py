@@ -3,7 +3,7 @@ progress, a batch with its recipients, and a form that sends a batch from a past
 CSV, previewed first.
 
 The inbox is a field of the form itself: the template list and the sender number follow it at once
-(htmx swaps `bulk_inbox_part.html` on change), and without JavaScript the posted inbox is the one
+(htmx swaps `_bulk_inbox_part.html` on change), and without JavaScript the posted inbox is the one
 used. The preview and the send go through the same service as `POST bulk_messages` (`prepare_batch`,
 by way of `prepare_file_batch`, then `accept_batch`): every check, price and rejection is the API's
 own, and the send re-checks everything the preview showed. Reading the file (its separator, its
@@ -59,7 +59,7 @@ async def batches(
     fragment = request.query_params.get("fragment") == "1"
     return render(
         request,
-        "bulk_list_rows.html" if fragment else "bulk_list.html",
+        "_bulk_list_rows.html" if fragment else "bulk_list.html",
         summaries=summaries,
         next_before=next_before,
         inboxes=inboxes,
@@ -85,7 +85,7 @@ async def inbox_part(
     if chosen is None:
         return error_page(request, ChannelNotFound("You are not a member of this inbox."))
     return render(
-        request, "bulk_inbox_part.html", inbox=chosen, templates=await templates_for(gateway, chosen.id)
+        request, "_bulk_inbox_part.html", inbox=chosen, templates=await templates_for(gateway, chosen.id)
     )
 
 
@@ -251,7 +251,7 @@ async def batch_page(
     fragment = request.query_params.get("fragment") == "1"
     return render(
         request,
-        "bulk_batch_state.html" if fragment else "bulk_batch.html",
+        "_bulk_batch_state.html" if fragment else "bulk_batch.html",
         report=report,
         recipients=shown,
         page=page,

@@ -1,7 +1,7 @@
 """The dashboard's charts, drawn here as SVG (no library): failures per hour or day stacked by reason on
 the message log (`failure_chart`), messages and cost per day stacked by category on `/usage`
 (`usage_chart`). This module makes each chart's geometry in the SVG's own units (it scales to the width
-of its box); `message_log_chart.html` and `usage_chart.html` draw it.
+of its box); `_message_log_chart.html` and `_usage_chart.html` draw it.
 
 Each chart is drawn twice (`Size`), wide for screens and narrow for phones, and CSS shows one of the
 two. The phone's is about half as wide, so that its 12-unit text stays about 11 px on a 390 px screen

@@ -226,7 +226,7 @@ async def templates(
         return error_page(request, error)
     return render(
         request,
-        {"sync": "settings_templates_sync.html", "list": "settings_templates_list.html"}.get(
+        {"sync": "_settings_templates_sync.html", "list": "_settings_templates_list.html"}.get(
             part or "", "settings_templates.html"
         ),
         channels=channels,

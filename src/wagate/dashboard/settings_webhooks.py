@@ -215,7 +215,7 @@ async def deliveries_part(
     except WagateError as error:
         return error_page(request, error)
     return render(
-        request, "settings_webhooks_deliveries.html", page=page, back=_back({"back": back}), webhook=webhook
+        request, "_settings_webhooks_deliveries.html", page=page, back=_back({"back": back}), webhook=webhook
     )
 
 

@@ -10,10 +10,10 @@ from datetime import datetime
 import orjson
 
 from wagate.accounts.service import account_users
-from wagate.conversations.repository.conversation_list import ConversationRow
+from wagate.conversations.service import ConversationRow
 from wagate.dashboard.views import failure_name, held_note
 from wagate.messages.models import Direction, Message
-from wagate.messages.repository import conversation_messages
+from wagate.messages.queries import conversation_messages
 from wagate.messages.schemas import format_amount
 from wagate.messages.standby import META_BUSINESS_AGENT
 from wagate.runtime.gateway import Gateway

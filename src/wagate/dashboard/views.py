@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from wagate.accounts.service import SessionUser
 from wagate.channels.service import member_channels
 from wagate.conversations.models import ConversationStatus, Window
-from wagate.conversations.repository.conversation_list import ConversationRow
+from wagate.conversations.service import ConversationRow
 from wagate.core.errors import WagateError, invalid_fields
 from wagate.core.live import LiveChange
 from wagate.http.limits import MAX_ID

@@ -22,6 +22,7 @@ from wagate.accounts.service import SessionUser, session_user
 from wagate.channels.service import paused_channels
 from wagate.core.db import isoformat
 from wagate.core.errors import WagateError
+from wagate.dashboard import views
 from wagate.dashboard.views import duration, error_words, failure_name, variable_label
 from wagate.http.limits import CONTROL_CHARACTER, CONTROL_CHARACTER_ISSUE
 from wagate.runtime.gateway import Gateway
@@ -78,6 +79,11 @@ def render(request: Request, template: str, status_code: int = 200, **context: A
 
 def error_page(request: Request, error: WagateError) -> HTMLResponse:
     return render(request, "error.html", status_code=error.status_code, error=error)
+
+
+def form_refused(request: Request, exc: Exception) -> HTMLResponse:
+    """A form whose CSRF token or session does not hold (`FormRefused`): 403, in words."""
+    return render(request, "error.html", status_code=403, error=views.Refusal(str(exc)))
 
 
 def secure_cookies(request: Request) -> bool:

@@ -18,6 +18,9 @@ from wagate.core.phones import normalize_phone_number
 from wagate.messages import repository
 from wagate.messages.models import Direction, Message, MessageStatus, SentMessage
 from wagate.messages.repository import SentFilter
+
+# Published for the dashboard's conversation page: a conversation's last messages, oldest first.
+from wagate.messages.repository import conversation_messages as conversation_messages
 from wagate.templates.models import Template
 from wagate.templates.service import APPROVED, list_templates
 

@@ -1,6 +1,6 @@
-"""The dashboard's pages (API.md section 12): sign-in, conversations, a conversation and its actions.
-
-Routes, labels and `data-` attributes are a contract: browser tests outside the project rely on them.
+"""The dashboard's conversations (API.md section 12): the list, a conversation, its status, a reply, a
+retry, and the live stream of changes the pages follow. Routes, labels and `data-` attributes are a
+contract: browser tests outside the project rely on them.
 """
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sse_starlette import EventSourceResponse
 
 from wagate.accounts.access import GatewayDep
-from wagate.accounts.service import SESSION_LIFETIME, SessionUser, sign_in, sign_out
+from wagate.accounts.service import SessionUser
 from wagate.conversations.models import ConversationStatus
-from wagate.conversations.repository.conversation_list import NEEDS_REPLY, ConversationRow
 from wagate.conversations.service import (
+    NEEDS_REPLY,
+    ConversationRow,
     change_conversation_status,
     conversation_for,
     conversations_for,
@@ -28,85 +29,19 @@ from wagate.dashboard.live_stream import live_events
 from wagate.dashboard.template_picker import form_parameters, reply_templates_for
 from wagate.dashboard.thread_messages import messages_of
 from wagate.dashboard.web import (
-    LOGIN_CSRF_COOKIE,
     SESSION_COOKIE,
-    FormRefused,
-    check_csrf,
     current_user,
-    delete_cookie,
     error_page,
-    new_login_csrf,
     posted_form,
     read_cookie,
-    read_form,
     render,
-    safe_next,
-    set_cookie,
 )
 from wagate.http.limits import MAX_ID, parse_id
 from wagate.messages.queries import failed_reply
-from wagate.messages.schemas import SendMessageRequest
 from wagate.messages.service import accept_send
 
 router = APIRouter(include_in_schema=False)
 User = Annotated[SessionUser, Depends(current_user)]
-
-
-@router.get("/")
-async def home() -> RedirectResponse:
-    return RedirectResponse("/conversations", status_code=303)
-
-
-@router.get("/login")
-async def login_form(request: Request, next: str | None = None) -> HTMLResponse:
-    token = new_login_csrf()
-    response = render(request, "login.html", csrf_token=token, next=safe_next(next), email="")
-    set_cookie(response, request, LOGIN_CSRF_COOKIE, token, max_age=3600)
-    return response
-
-
-@router.post("/login")
-async def login(request: Request, gateway: GatewayDep) -> Response:
-    form = await read_form(request)
-    check_csrf(form.get("csrf_token"), read_cookie(request, LOGIN_CSRF_COOKIE))
-    target = safe_next(form.get("next"))
-    client = request.client.host if request.client else "unknown"
-    try:
-        signed_in = await sign_in(
-            gateway,
-            email=form.get("email", ""),
-            password=form.get("password", ""),
-            client=client,
-        )
-    except WagateError as error:
-        token = new_login_csrf()
-        response = render(
-            request,
-            "login.html",
-            status_code=error.status_code,
-            csrf_token=token,
-            next=target,
-            email=form.get("email", ""),
-            error=error.message,
-        )
-        response.headers.update(error.headers or {})  # Retry-After of a throttled sign-in
-        set_cookie(response, request, LOGIN_CSRF_COOKIE, token, max_age=3600)
-        return response
-    signed = RedirectResponse(target, status_code=303)
-    set_cookie(signed, request, SESSION_COOKIE, signed_in.token, int(SESSION_LIFETIME.total_seconds()))
-    delete_cookie(signed, request, LOGIN_CSRF_COOKIE)
-    return signed
-
-
-@router.post("/logout")
-async def logout(request: Request, gateway: GatewayDep, user: User) -> RedirectResponse:
-    await posted_form(request, user)
-    token = read_cookie(request, SESSION_COOKIE)
-    if token:
-        await sign_out(gateway, token)
-    response = RedirectResponse("/login", status_code=303)
-    delete_cookie(response, request, SESSION_COOKIE)
-    return response
 
 
 def _status_tab(status: str | None) -> ConversationStatus:
@@ -340,13 +275,6 @@ async def retry_reply(
     except WagateError as error:
         return await _reply_refused(request, gateway, user, conversation_id, error, "")
     return await _replied(request, gateway, user, conversation_id)
-
-
-def form_refused(request: Request, exc: Exception) -> HTMLResponse:
-    return render(request, "error.html", status_code=403, error=views.Refusal(str(exc)))
-
-
-__all__ = ["FormRefused", "SendMessageRequest", "form_refused", "router"]
 
 
 @router.get("/live")
