@@ -23,6 +23,9 @@ from sqlalchemy.orm import Session
 from wagate.accounts.auth import Principal
 from wagate.bulk import repository
 from wagate.bulk.models import Batch, BatchRecipient, BatchReport, PreparedBatch, RecipientState
+
+# Published for the dispatcher's periodic purge: batches past their 7 days, a bounded bite at a time.
+from wagate.bulk.repository import purge_expired_batches as purge_expired_batches
 from wagate.bulk.schemas import MAX_RECIPIENTS, BulkRecipient, SendBulkRequest, accepted_batch_view
 from wagate.channels.service import channel_for_caller, channel_for_member, member_channels
 from wagate.conversations.service import numbers_in_window, stopped_marketing_of

@@ -15,7 +15,7 @@ from sqlalchemy import BindParameter, Integer, Update, bindparam, select, update
 from sqlalchemy.orm import Session
 
 from wagate.accounts.sign_in_limits import purge_stale_counters
-from wagate.bulk.repository import purge_expired_batches
+from wagate.bulk.service import purge_expired_batches
 from wagate.channels.models import Channel
 from wagate.core.db import Database, utcnow
 from wagate.core.security import SecretBox
@@ -32,7 +32,7 @@ from wagate.outbox.models import (
     delete_jobs,
 )
 from wagate.outbox.retry import BACKGROUND
-from wagate.templates.repository import replace_templates
+from wagate.templates.service import replace_templates
 from wagate.whatsapp.client import CloudApiClient
 
 log = logging.getLogger(__name__)

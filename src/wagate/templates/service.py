@@ -20,6 +20,9 @@ from wagate.runtime.gateway import Gateway
 from wagate.templates import repository
 from wagate.templates.models import Template
 
+# Published for the dispatcher's template sync: a channel's templates replaced by what Meta lists.
+from wagate.templates.repository import replace_templates as replace_templates
+
 # A channel's template by (channel, name, language), None when it has none: every template send reads it.
 TEMPLATES: Part[TTLCache[tuple[int, str, str], Template | None]] = Part("templates", TTLCache)
 
