@@ -27,6 +27,7 @@ from wagate.outbox.models import (
     JobState,
     OutboxJob,
     Priority,
+    bound_claim,
     claim_rows,
     claim_statement,
     delete_jobs,
@@ -76,11 +77,7 @@ def _claim_jobs_statement(by_channel: bool, dialect: str) -> Update:
     return claim_statement(
         dialect,
         due,
-        values={
-            "attempts": OutboxJob.attempts + 1,
-            "locked_by": bindparam("claim_worker"),
-            "locked_until": bindparam("claim_until"),
-        },
+        values=bound_claim(),
         returning=(OutboxJob.id, OutboxJob.kind, OutboxJob.payload, OutboxJob.attempts),
     )
 

@@ -14,7 +14,15 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from wagate.core.db import utcnow
 from wagate.core.tables import UTCDateTime
-from wagate.outbox.models import ClaimedSend, JobState, OutboxJob, Priority, claim_rows, claim_statement
+from wagate.outbox.models import (
+    ClaimedSend,
+    JobState,
+    OutboxJob,
+    Priority,
+    bound_claim,
+    claim_rows,
+    claim_statement,
+)
 
 ZERO_INTERVAL: ColumnElement[Any] = literal_column("interval '0 seconds'")
 
@@ -49,12 +57,7 @@ def _claim_sends_statement(singles_only: bool, dialect: str) -> Update:
     return claim_statement(
         dialect,
         due,
-        values={
-            "state": JobState.in_flight,
-            "attempts": OutboxJob.attempts + 1,
-            "locked_by": bindparam("claim_worker"),
-            "locked_until": bindparam("claim_until"),
-        },
+        values={"state": JobState.in_flight, **bound_claim()},
         returning=(
             OutboxJob.id,
             OutboxJob.message_id,

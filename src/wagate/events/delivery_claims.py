@@ -20,7 +20,15 @@ from sqlalchemy.orm import Session, aliased
 from wagate.core.db import utcnow
 from wagate.core.tables import table_of
 from wagate.events.models import Delivery, Webhook
-from wagate.outbox.models import JobKind, JobState, OutboxJob, claim_rows, claim_statement, delete_jobs
+from wagate.outbox.models import (
+    JobKind,
+    JobState,
+    OutboxJob,
+    bound_claim,
+    claim_rows,
+    claim_statement,
+    delete_jobs,
+)
 
 # The statement of every claim, built once and run on the connection as Core: the ORM's entities cost
 # more than the SQL. Values bound at execution.
@@ -113,11 +121,7 @@ def _claim_deliveries_statement(leave_out_full: bool, leave_out_none: bool, dial
     return claim_statement(
         dialect,
         due,
-        values={
-            "attempts": OutboxJob.attempts + 1,
-            "locked_by": bindparam("claim_worker"),
-            "locked_until": bindparam("claim_until"),
-        },
+        values=bound_claim(),
         returning=(OutboxJob.id, OutboxJob.payload, OutboxJob.created_at),
     )
 

@@ -166,6 +166,16 @@ class FastClaim:
     started: Callable[[ClaimedSend], None]
 
 
+def bound_claim() -> dict[str, Any]:
+    """What a claim built once sets on each row it takes: one more attempt, and the worker and lease
+    bound at execution (`claim_worker`, `claim_until`)."""
+    return {
+        "attempts": OutboxJob.attempts + 1,
+        "locked_by": bindparam("claim_worker"),
+        "locked_until": bindparam("claim_until"),
+    }
+
+
 def claim_statement(
     dialect: str, due: Select[Any], *, values: dict[str, Any], returning: Sequence[Any]
 ) -> Update:
