@@ -58,7 +58,6 @@ class GatewayProcess:
             self.client,
             self.caches,
             self.dispatcher,
-            self.dispatcher.rooms,
             self.live,
             key_rates,
         )
