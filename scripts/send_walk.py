@@ -8,7 +8,10 @@ profiles a second one (`sys.setprofile`, `threading.setprofile`; only frames of 
 - walk 2, the outbox row to Meta: `FastClaim.started` and the task it starts, with the callbacks on
   that task's connection, until the call into wagate.whatsapp.client has returned.
 A climb is a call from a function of file A into one of file B whose layer is above A's
-(scripts/layer_order.py), each caller and callee pair once; "callback" means A does not import B.
+(scripts/layer_order.py), each caller and callee pair once; "callback" means A does not import B. The
+few climbs the design makes on purpose (`BY_DESIGN`, each with its reason) are listed apart.
+Beside every file entered, each walk names the files a reader follows: those whose functions call into
+another file of src/wagate on the walk (a leaf, such as core/ids.py, is entered but not followed).
 
     .venv/bin/python scripts/send_walk.py [--json]
 """
@@ -52,6 +55,19 @@ from wagate.simulator.server import base_url_of, serve_in_background, start_in_t
 PACKAGE = f"{SOURCE / 'wagate'}/"
 SIMULATOR, WHATSAPP, CLIENT = f"{PACKAGE}simulator/", f"{PACKAGE}whatsapp/", f"{PACKAGE}whatsapp/client.py"
 Ctx = object  # a task, "loop" (a callback of the event loop) or a writer thread's name
+
+# Calls up a layer that are the design, not a shortcut: the caller's module and functions, and why.
+# Kept short on purpose; anything else that climbs is reported as a climb.
+BY_DESIGN: dict[str, tuple[frozenset[str], str]] = {
+    "wagate.http.limits": (
+        frozenset({"RequestGuard.__call__"}),
+        "ASGI middleware calls the app it wraps (composed at start-up by wagate.api.app)",
+    ),
+    "wagate.core.units": (
+        frozenset({"_run_alone", "_bound.<locals>.<lambda>", "Mergeable.__call__"}),
+        "the group-commit writer runs the unit of work a service handed to Database.write",
+    ),
+}
 
 
 @dataclass(frozen=True)
@@ -180,26 +196,42 @@ class Tracer:
 
 def _report(name: str, calls: list[Call], order: LayerOrder, graph: grimp.ImportGraph) -> dict[str, Any]:
     files: dict[str, int] = {}
+    followed: set[str] = set()  # files with a function that calls into another file of the walk
     climbs: dict[tuple[CodeType, CodeType], dict[str, str]] = {}
+    by_design: dict[tuple[CodeType, CodeType], dict[str, str]] = {}
     for call in calls:
         files.setdefault(call.callee.co_filename, call.seq)
         if call.caller is None:
             continue
+        if call.caller.co_filename != call.callee.co_filename:
+            followed.add(call.caller.co_filename)
         source, target = module_of(call.caller.co_filename), module_of(call.callee.co_filename)
         below, above = order.place(source), order.place(target)
         if below and above and order.direction(below, above) is Direction.UP:
             imports = graph.direct_import_exists(importer=source, imported=target)
-            climbs[(call.caller, call.callee)] = {
+            climb = {
                 "from": f"{source}.{call.caller.co_qualname} [{below.label}]",
                 "to": f"{target}.{call.callee.co_qualname} [{above.label}]",
                 "kind": "import" if imports else "callback",
             }
+            callers, why = BY_DESIGN.get(source, (frozenset(), ""))
+            if call.caller.co_qualname in callers:
+                by_design[(call.caller, call.callee)] = {**climb, "why": why}
+            else:
+                climbs[(call.caller, call.callee)] = climb
     rows: list[dict[str, Any]] = []
     for path, seq in files.items():
         place = order.place(module_of(path))
         file = str(Path(path).relative_to(SOURCE))
-        rows.append({"file": file, "layer": place.label if place else "-", "first_call": seq})
-    return {"walk": name, "files": rows, "climbs": list(climbs.values())}
+        row = {"file": file, "layer": place.label if place else "-", "first_call": seq}
+        rows.append({**row, "followed": path in followed})
+    return {
+        "walk": name,
+        "files": rows,
+        "followed": [row["file"] for row in rows if row["followed"]],
+        "climbs": list(climbs.values()),
+        "by_design": list(by_design.values()),
+    }
 
 
 async def _send(http: httpx.AsyncClient, base: str, account: int, body: dict[str, Any]) -> str:
@@ -282,12 +314,17 @@ def main() -> int:
     if args.json:
         print(json.dumps({"walks": result}, indent=2))
     for number, walk in enumerate(result if not args.json else [], 1):
-        files, climbs = walk["files"], walk["climbs"]
-        print(f"walk {number}: {walk['walk']}: {len(files)} files ({walk['note']}), {len(climbs)} climbs")
+        files, climbs, by_design = walk["files"], walk["climbs"], walk["by_design"]
+        print(
+            f"walk {number}: {walk['walk']}: {len(files)} files entered ({walk['note']}), "
+            f"{len(walk['followed'])} followed (*), {len(climbs)} climbs, {len(by_design)} by design"
+        )
         for index, row in enumerate(files, 1):
-            print(f"  {index:2} {row['layer']:34} {row['file']}")
+            print(f"  {index:2} {'*' if row['followed'] else ' '} {row['layer']:34} {row['file']}")
         for climb in climbs:
             print(f"  climb ({climb['kind']}): {climb['from']}\n      -> {climb['to']}")
+        for climb in by_design:
+            print(f"  by design ({climb['why']}): {climb['from']}\n      -> {climb['to']}")
     if tracer.lane_start is None:
         print("the send did not take the fast path (no FastClaim.started): walk 2 is empty", file=sys.stderr)
         return 1

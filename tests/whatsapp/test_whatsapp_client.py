@@ -44,6 +44,7 @@ from wagate.whatsapp.errors import (
     UpstreamError,
     is_retryable,
 )
+from wagate.whatsapp.http1 import Written
 from wagate.whatsapp.outbound import (
     SendResult,
     authentication_components,
@@ -326,19 +327,14 @@ def test_an_urgent_send_does_not_queue_for_a_connection_behind_bulk_ones(sim: Ru
     assert took < 1.0, took
 
 
-def test_on_sent_tells_when_the_request_left_before_the_answer_came(sim: RunningServer) -> None:
+def test_written_tells_when_the_request_left_before_the_answer_came(sim: RunningServer) -> None:
     """The pacing counts a send from when its request was written: for a slow answer, well before it."""
 
-    async def run() -> tuple[list[float], float, float]:
-        written: list[float] = []
+    async def run() -> tuple[Written, float, float]:
+        written = Written()
         async with CloudApiClient(sim.base_url + "/v23.0", timeout=5.0) as client:
             began = time.monotonic()
-            await client.send_message(
-                PHONE_NUMBER_ID,
-                TOKEN,
-                text_message(MAGIC_SLOW, "hi"),
-                on_sent=lambda: written.append(time.monotonic()),
-            )
+            await client.send_message(PHONE_NUMBER_ID, TOKEN, text_message(MAGIC_SLOW, "hi"), written=written)
             return written, began, time.monotonic()
 
     httpx.post(sim.base_url + "/_sim/config", json={"slow_response_seconds": 1.0}).raise_for_status()
@@ -346,21 +342,21 @@ def test_on_sent_tells_when_the_request_left_before_the_answer_came(sim: Running
         written, began, answered = asyncio.run(run())
     finally:
         httpx.post(sim.base_url + "/_sim/config", json={"slow_response_seconds": 3.0}).raise_for_status()
-    assert len(written) == 1
-    assert written[0] - began < 0.5 and answered - written[0] >= 0.9
+    assert written.at is not None
+    assert written.at - began < 0.5 and answered - written.at >= 0.9
 
 
-def test_on_sent_is_not_called_when_nothing_was_sent() -> None:
+def test_written_is_not_told_when_nothing_was_sent() -> None:
     with socket.socket() as unused:
         unused.bind(("127.0.0.1", 0))
         port = unused.getsockname()[1]
-    written: list[float] = []
+    written = Written()
     with pytest.raises(NotDelivered):
         call(
             f"http://127.0.0.1:{port}/v23.0",
-            lambda c: c.send_message(PHONE_NUMBER_ID, "t", {}, on_sent=lambda: written.append(0.0)),
+            lambda c: c.send_message(PHONE_NUMBER_ID, "t", {}, written=written),
         )
-    assert written == []
+    assert written.at is None
 
 
 def test_fail_next_can_target_one_recipient(sim: RunningServer) -> None:
@@ -430,13 +426,11 @@ def test_https_is_verified_and_kept_alive(tmp_path: Any, monkeypatch: pytest.Mon
                     for text in ("a", "b")
                 ]
             monkeypatch.delenv("SSL_CERT_FILE")  # the system's roots: they do not know it
-            written: list[bool] = []
+            written = Written()
             async with CloudApiClient(f"https://127.0.0.1:{port}/v23.0") as client:
                 with pytest.raises(NotDelivered) as refused:
-                    await client.send_message(
-                        PHONE_NUMBER_ID, "t", text_message(TO, "c"), on_sent=lambda: written.append(True)
-                    )
-            assert written == []
+                    await client.send_message(PHONE_NUMBER_ID, "t", text_message(TO, "c"), written=written)
+            assert written.at is None
             return wamids, refused.value
 
     wamids, refused = asyncio.run(run())

@@ -58,6 +58,7 @@ class GatewayProcess:
             self.client,
             self.caches,
             self.dispatcher,
+            self.dispatcher.rooms,
             self.live,
             key_rates,
         )

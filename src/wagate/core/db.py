@@ -12,7 +12,9 @@ commits. Units are synchronous so that the database decides how to run them chea
 - Units of one kind that would each run the same few statements for one row (single sends) can be
   `Mergeable`: a batch runs those of one key together, one statement per table for all of them.
 - What a unit leaves for after its commit (`COMMIT_NOTES`: the live changes of wagate.core.live) goes to
-  the database's commit listeners once its batch committed, never for a unit rolled back.
+  the database's commit listeners once its batch committed, never for a unit rolled back; what it
+  leaves to run before the commit (`COMMIT_STATEMENTS`: the NOTIFY of wagate.outbox.notify) runs in
+  the transaction, in one round trip for the batch.
 - On PostgreSQL a *large* unit (a bulk batch of up to 1000 messages, about 0.2 s; a batch of Meta's
   stored webhooks being applied, up to 500 bodies) commits on a second connection and thread of its
   own, so the small ones (single sends, the receiver's stores, the dispatcher's claims and results)

@@ -23,6 +23,11 @@ UnitOfWork = Callable[[Session], T]
 # `record_live` appends to it). `run_units` takes out a unit's own when it is rolled back, and the
 # Database hands the rest of a committed batch to its commit listeners.
 COMMIT_NOTES = "wagate.commit_notes"
+# A set in a write session's `info` of SQL its units leave to run in their transaction right before
+# its commit, all of it in one round trip on the driver (PostgreSQL's simple query protocol): the
+# NOTIFY of wagate.outbox.notify, delivered only if the rows commit, one statement for the whole
+# batch instead of one per unit. Dropped with a unit rolled back (to its savepoint, or with the batch).
+COMMIT_STATEMENTS = "wagate.commit_statements"
 
 
 def detached(session: Session, instance: T) -> T:
@@ -84,6 +89,17 @@ def _run_merged(session: Session, units: list[UnitOfWork[Any]]) -> list[Any]:
     return results
 
 
+def _commit(session: Session) -> None:
+    """Commit, after what the units left to run in the transaction (`COMMIT_STATEMENTS`)."""
+    statements: set[str] | None = session.info.pop(COMMIT_STATEMENTS, None)
+    if statements:
+        # Straight to the driver: such statements return nothing, and the simple query protocol takes
+        # several in one round trip. Sorted: the same batch always says the same.
+        driver = session.connection().connection.driver_connection
+        driver.execute("; ".join(sorted(statements)))  # type: ignore[union-attr]
+    session.commit()
+
+
 def run_units(session: Session, units: list[UnitOfWork[Any]]) -> list[tuple[bool, Any]]:
     """Run a batch of units in the session's transaction and commit once.
 
@@ -93,17 +109,20 @@ def run_units(session: Session, units: list[UnitOfWork[Any]]) -> list[tuple[bool
     """
     try:
         results: list[tuple[bool, Any]] = [(True, result) for result in _run_merged(session, units)]
-        session.commit()
+        _commit(session)
         return results
     except Exception:
         session.rollback()
         session.info.pop(COMMIT_NOTES, None)
+        session.info.pop(COMMIT_STATEMENTS, None)
         if len(units) == 1:
             raise
     results = []
     for unit in units:
         notes: list[Any] | None = session.info.get(COMMIT_NOTES)
         kept = len(notes) if notes else 0
+        statements: set[str] | None = session.info.get(COMMIT_STATEMENTS)
+        noted = set(statements) if statements else set()
         try:
             with session.begin_nested():
                 results.append((True, _run_alone(session, unit)))
@@ -111,7 +130,9 @@ def run_units(session: Session, units: list[UnitOfWork[Any]]) -> list[tuple[bool
             results.append((False, exc))
             if notes := session.info.get(COMMIT_NOTES):
                 del notes[kept:]
-    session.commit()
+            if statements := session.info.get(COMMIT_STATEMENTS):
+                statements &= noted
+    _commit(session)
     return results
 
 

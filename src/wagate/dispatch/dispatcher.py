@@ -33,8 +33,9 @@ from wagate.events.subscriptions import Subscriptions, current_subscriptions
 from wagate.messages.meta_updates import WebhooksApplied
 from wagate.observability.metrics import ChannelRate, Metrics
 from wagate.outbox.errors import describe_error
+from wagate.outbox.fast_claims import SendRooms
 from wagate.outbox.isolation import log_failure
-from wagate.outbox.models import FastClaim, JobKind, JobState, OutboxJob
+from wagate.outbox.models import JobKind, JobState, OutboxJob
 from wagate.outbox.notify import listen_outbox
 from wagate.outbox.ownership import WORKER_ID, ownership_for
 from wagate.templates.service import forget_templates
@@ -70,6 +71,8 @@ class Dispatcher(Releases):
         self.deps = LaneDeps(db, settings, client, secret_box, self.caches, self.worker_id, self.metrics)
         self.ownership = ownership_for(db.url)
         self.lanes: dict[int, ChannelLane] = {}
+        # The same lanes, for the API's fast path of a single send (outbox/fast_claims.py).
+        self.rooms = SendRooms()
         # The dispatchers alive at the last look (PostgreSQL; None: not looked yet).
         self._live_sessions: set[str] | None = None
         self.started_at = time.monotonic()
@@ -155,12 +158,6 @@ class Dispatcher(Releases):
         if self.events is not None:
             self.events.wake()
 
-    def prepare_claim(self, channel_id: int) -> FastClaim | None:
-        """Room for a new single send in its channel's lane right now (see `FastClaim`), or None: then
-        it is stored ready, and `wake` after the commit hands it to whichever process owns the channel."""
-        lane = self.lanes.get(channel_id)
-        return lane.prepare_claim() if lane is not None else None
-
     def owns(self, channel_id: int) -> bool:
         """Whether this process sends for the channel, so no other needs waking for it."""
         return channel_id in self.lanes
@@ -193,6 +190,7 @@ class Dispatcher(Releases):
                 await asyncio.gather(task, return_exceptions=True)
         await asyncio.gather(*(lane.stop() for lane in self.lanes.values()), return_exceptions=True)
         self.lanes.clear()
+        self.rooms.clear()
         self._received.clear()  # their rows are stored and unclaimed: the channels' next owner claims them
         if self.events is not None:
             await self.events.stop()
@@ -356,6 +354,7 @@ class Dispatcher(Releases):
             lane = self.lanes.get(channel_id)
             if lane is None:
                 lane = self.lanes[channel_id] = ChannelLane(self.deps, channel_id, self.wake_events)
+                self.rooms.add(channel_id, lane)
                 if self.ownership.taken_over(channel_id):
                     # Another process sent for it until moments ago; its last second is not in our
                     # limiter (outbox/ownership.py).
@@ -363,4 +362,5 @@ class Dispatcher(Releases):
             elif channel_id in due_channels:
                 lane.wake()
         for channel_id in set(self.lanes) - held:
+            self.rooms.remove(channel_id)
             await self.lanes.pop(channel_id).stop()

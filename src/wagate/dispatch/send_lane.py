@@ -2,7 +2,8 @@
 calls Meta for each as a task of its own, and records the outcomes in batches.
 
 One lane per channel this process owns (see dispatcher.py); it gets what it needs as a `LaneDeps`.
-The sends it claimed ahead wait in its queue (send_queue.py).
+The sends it claimed ahead wait in its queue (send_queue.py). It is the `SendRoom` of its channel
+(outbox/fast_claims.py): the API takes room in it for a single send and starts that send's call.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from itertools import islice, takewhile
 
 from sqlalchemy.orm import Session
@@ -27,9 +27,10 @@ from wagate.dispatch.deps import LaneDeps
 from wagate.dispatch.send_queue import POLL_SECONDS, LaneQueue
 from wagate.events.subscriptions import current_subscriptions
 from wagate.observability.logs import log_send
+from wagate.outbox.fast_claims import SendRoom
 from wagate.outbox.isolation import log_failure, write_isolating
 from wagate.outbox.limiter import SlidingWindowLimiter
-from wagate.outbox.models import ClaimedSend, FastClaim, Priority, expired_error
+from wagate.outbox.models import ClaimedSend, Priority, expired_error
 from wagate.outbox.recorder import BatchRecorder
 from wagate.outbox.retry import CHANNEL_THROTTLED
 from wagate.whatsapp.errors import (
@@ -40,6 +41,7 @@ from wagate.whatsapp.errors import (
     UpstreamRejected,
     stops_the_channel,
 )
+from wagate.whatsapp.http1 import Written
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +71,7 @@ class ChannelConfig:
     paused: bool = False  # Meta refuses the channel (see Held): only a probe send goes
 
 
-class ChannelLane(LaneQueue):
+class ChannelLane(LaneQueue, SendRoom):
     """Sends one channel's messages, best priority first, never faster than its limit.
 
     Calls run as tasks of their own and their outcomes are recorded in batches, so one slow answer
@@ -79,6 +81,8 @@ class ChannelLane(LaneQueue):
     def __init__(self, deps: LaneDeps, channel_id: int, wake_events: Callable[[], None]) -> None:
         self.deps = deps
         self.channel_id = channel_id
+        self.worker_id = deps.worker_id
+        self.lease_seconds = deps.lease_seconds
         self.wake_events = wake_events
         self.limiter = SlidingWindowLimiter(80, receipt_margin=deps.settings.upstream_receipt_margin_seconds)
         self.config: ChannelConfig | None = None
@@ -110,44 +114,11 @@ class ChannelLane(LaneQueue):
         self.recorder = BatchRecorder(f"channel {channel_id}", self._record)
         self.lease_keeper = asyncio.create_task(self._keep_leases(), name=f"wagate-leases-{channel_id}")
 
-    @property
-    def max_in_flight(self) -> int:
-        return max(16, 2 * self.limiter.rate)
-
     def wake(self) -> None:
         """New rows were stored for the channel (a batch, or sends the lane could not take): claim
         them now."""
         self.claim_now = True
         self.wake_event.set()
-
-    def prepare_claim(self) -> FastClaim | None:
-        """Room for a single send the API will store already claimed and start at once (no token
-        needed: see the limiter). None when the lane cannot send it now: the row is stored ready, the
-        lane is woken, and it claims the row ahead of every bulk send at the window's next room."""
-        if self.config is None or self.stopping or time.monotonic() < self.throttled_until:
-            return None
-        if self.config.paused:  # the row waits with the channel's others; a probe goes first
-            return None
-        if len(self.calls) >= self.max_in_flight:
-            return None
-        hold = self.limiter.reserve()
-        if hold is None:
-            return None
-        locked_until = utcnow() + timedelta(seconds=self.deps.lease_seconds)
-
-        def started(claimed: ClaimedSend) -> None:
-            self.send_now(claimed, self.limiter.settle(hold))
-
-        return FastClaim(self.deps.worker_id, locked_until, started)
-
-    def send_now(self, claimed: ClaimedSend, stamp: float) -> None:
-        """Call Meta for a claimed send whose slot the limiter logged at `stamp`."""
-        if self.config is None:  # cannot happen once a round or reserve() ran
-            return
-        self.holding.add(claimed.job_id)
-        call = asyncio.create_task(self._call(self.config, claimed, stamp))
-        self.calls.add(call)
-        call.add_done_callback(self.calls.discard)
 
     async def stop(self) -> None:
         """Claim nothing more, let open calls finish (bounded by their timeout), record them."""
@@ -281,12 +252,12 @@ class ChannelLane(LaneQueue):
                 self.send_now(self.claimed.popleft(), stamp)
 
     async def _call(self, config: ChannelConfig, claimed: ClaimedSend, stamp: float) -> None:
-        written: list[float] = []
-        outcome = await self._send(config, claimed, on_sent=lambda: written.append(time.monotonic()))
+        written = Written()
+        outcome = await self._send(config, claimed, written)
         answered = time.monotonic()
-        self.limiter.restamp(stamp, written[0] if written else None, answered)
+        self.limiter.restamp(stamp, written.at, answered)
         self.recorder.add(outcome)
-        self._observe(outcome, answered - written[0] if written else None)
+        self._observe(outcome, answered - written.at if written.at is not None else None)
 
     def _observe(self, outcome: sends.Outcome, upstream_seconds: float | None) -> None:
         """The send's count in the metrics and its line in the log (docs/operations.md)."""
@@ -309,9 +280,7 @@ class ChannelLane(LaneQueue):
             error=error,
         )
 
-    async def _send(
-        self, config: ChannelConfig, claimed: ClaimedSend, on_sent: Callable[[], None]
-    ) -> sends.Outcome:
+    async def _send(self, config: ChannelConfig, claimed: ClaimedSend, written: Written) -> sends.Outcome:
         if claimed.expired(utcnow()):
             # Past its validity period (a backlog, a throttled or paused channel, a restart): never sent.
             return sends.Rejected(claimed, expired_error(claimed.validity_seconds))
@@ -322,7 +291,7 @@ class ChannelLane(LaneQueue):
                 config.access_token,
                 claimed.body,
                 urgent=claimed.priority < Priority.bulk,
-                on_sent=on_sent,
+                written=written,
             )
         except ThrottlingError as exc:
             now = time.monotonic()

@@ -235,12 +235,12 @@ async def accept_send(
     accepted_send = AcceptedSend(prepared.message_id, prepared.sent_as)
     response = accepted_view(accepted_send)
     note_request(message_id=prepared.message_id, channel=prepared.channel_id)
-    dispatcher = gateway.dispatcher
+    dispatcher, rooms = gateway.dispatcher, gateway.rooms
     # The fast path: when this process sends for the channel and its window has room (a batch under
     # way takes none of it), the row is stored already claimed and the call starts right after the
-    # commit, without a claim of its own.
-    claim = dispatcher.prepare_claim(prepared.channel_id)
-    notify_others = not dispatcher.owns(prepared.channel_id)
+    # commit, without a claim of its own (wagate.outbox.fast_claims).
+    claim = rooms.prepare_claim(prepared.channel_id)
+    notify_others = not rooms.owns(prepared.channel_id)
     accepted = _Accepted(
         prepared, claim, idem, response, gateway.settings.idempotency_ttl_seconds, notify_others
     )

@@ -154,7 +154,8 @@ def expired_error(validity_seconds: int | None) -> str:
 
 @dataclass(frozen=True)
 class FastClaim:
-    """Room for a single send in its channel's lane right now (the dispatcher's `prepare_claim`).
+    """Room for a single send in its channel's lane right now (`SendRooms.prepare_claim`, in
+    wagate.outbox.fast_claims).
 
     The API stores the send's row already claimed by `worker_id` until `locked_until`, and once that
     is committed calls `started`: the lane calls Meta at once, with no claim and no wake-up between.

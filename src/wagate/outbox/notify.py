@@ -12,10 +12,10 @@ import os
 from collections.abc import Callable
 
 import psycopg
-from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 from wagate.core.db import dialect_name
+from wagate.core.units import COMMIT_STATEMENTS
 
 log = logging.getLogger(__name__)
 CHANNEL = "wagate_outbox"
@@ -27,38 +27,19 @@ def notify_outbox(session: Session, channel_id: int | None, *, webhook: bool = F
     `webhook`: the rows are Meta's webhook bodies, not sends.
 
     The payload names this process, whose own dispatcher was already woken without the round trip.
-    Only noted here: the notifications of every unit of a batch go out in one statement just before
-    its commit (`_send_wakes`), instead of a round trip per unit (0.3 ms of CPU each through the ORM,
-    a tenth of an accepted send's whole cost on PostgreSQL).
+    Only noted here, as a statement for the end of the transaction (wagate.core.units'
+    `COMMIT_STATEMENTS`): the notifications of every unit of a batch go out in one round trip just
+    before its commit, and PostgreSQL delivers them only if the rows commit, instead of a round trip
+    per unit (0.3 ms of CPU each through the ORM, a tenth of an accepted send's whole cost on
+    PostgreSQL). A unit rolled back takes its notifications with it.
     """
     if dialect_name(session) == "postgresql":
         # Only digits, a colon and WEBHOOK_MARK: safe to write into the statement as a literal.
         payload = f"{os.getpid()}:{channel_id or ''}{WEBHOOK_MARK if webhook else ''}"
-        wakes: set[str] | None = session.info.get(_WAKES)
-        if wakes is None:
-            wakes = session.info[_WAKES] = set()
-        wakes.add(payload)
-
-
-_WAKES = "wagate.outbox_wakes"
-
-
-@event.listens_for(Session, "before_commit")
-def _send_wakes(session: Session) -> None:
-    """One NOTIFY statement for what the transaction's units noted, in the transaction: PostgreSQL
-    delivers it only if the rows commit. Straight to the driver: NOTIFY returns nothing, and the
-    simple query protocol takes several in one round trip."""
-    wakes: set[str] | None = session.info.pop(_WAKES, None)
-    if wakes:
-        statements = "; ".join(f"NOTIFY {CHANNEL}, '{payload}'" for payload in sorted(wakes))
-        session.connection().connection.driver_connection.execute(statements)  # type: ignore[union-attr]
-
-
-@event.listens_for(Session, "after_rollback")
-def _forget_wakes(session: Session) -> None:
-    """The transaction was rolled back: what its units noted is not due. (A unit rolled back alone,
-    to its savepoint, leaves its wake-up behind: a worker woken for nothing finds nothing to claim.)"""
-    session.info.pop(_WAKES, None)
+        statements: set[str] | None = session.info.get(COMMIT_STATEMENTS)
+        if statements is None:
+            statements = session.info[COMMIT_STATEMENTS] = set()
+        statements.add(f"NOTIFY {CHANNEL}, '{payload}'")
 
 
 def libpq_url(url: str) -> str:

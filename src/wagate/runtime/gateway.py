@@ -3,9 +3,10 @@ caches of the process, the dispatcher and the live changes. Built once per proce
 wagate.api.process.GatewayProcess (for `serve` and `worker` alike); a request handler gets it with
 wagate.accounts.access.GatewayDep.
 
-The dispatcher is seen through `Dispatch`, the small interface the services need of it (the fast path
-of a single send, wake-ups), so the domains do not depend on the dispatcher's package, which depends on
-them.
+The dispatcher is seen through `Dispatch`, the small interface the services need of it (wake-ups,
+whether this process sends for a channel), so the domains do not depend on the dispatcher's package,
+which depends on them. The fast path of a single send goes through `rooms`, below the domains
+(wagate.outbox.fast_claims): the lanes register there, and a send calls nothing above it.
 """
 
 from __future__ import annotations
@@ -19,14 +20,11 @@ from wagate.core.db import Database
 from wagate.core.live_hub import LiveHub
 from wagate.core.security import SecretBox
 from wagate.http.limits import KeyRateLimiter
-from wagate.outbox.models import FastClaim
+from wagate.outbox.fast_claims import SendRooms
 from wagate.whatsapp.client import CloudApiClient
 
 
 class Dispatch(Protocol):
-    def prepare_claim(self, channel_id: int) -> FastClaim | None:
-        """Room for a new single send in its lane right now, or None (store it ready and `wake`)."""
-
     def owns(self, channel_id: int) -> bool:
         """Whether this process sends for the channel (else other processes are woken by NOTIFY)."""
 
@@ -51,6 +49,8 @@ class Gateway:
     # idempotency keys in flight), each part declared by its domain.
     caches: Caches
     dispatcher: Dispatch
+    # The dispatcher's lanes as the fast path of a single send sees them: room for it, and its start.
+    rooms: SendRooms
     # The live changes of committed writes, for the dashboard's pages (`live.subscribe(account_id)`).
     live: LiveHub
     # Requests per API key and second (429 `rate_limited` beyond).

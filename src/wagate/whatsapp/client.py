@@ -14,14 +14,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
 import orjson
 
 from wagate.whatsapp.errors import NotDelivered, Unconfirmed, UpstreamError, error_from_response
-from wagate.whatsapp.http1 import ConnectFailed, ExchangeFailed, Http1Pool, InvalidTarget, request_target
+from wagate.whatsapp.http1 import (
+    ConnectFailed,
+    ExchangeFailed,
+    Http1Pool,
+    InvalidTarget,
+    Written,
+    request_target,
+)
 from wagate.whatsapp.outbound import SendResult, TemplateRecord
 
 log = logging.getLogger(__name__)
@@ -88,16 +94,16 @@ class CloudApiClient:
         body: dict[str, Any],
         *,
         urgent: bool = False,
-        on_sent: Callable[[], None] | None = None,
+        written: Written | None = None,
     ) -> SendResult:
         """Send one message; returns Meta's wamid or raises an :class:`UpstreamError`.
 
-        `on_sent` is called once the request has been written to the connection: from then on Meta
+        `written` is told when the request has been written to the connection: from then on Meta
         may have it (the pacing counts it from that moment).
         """
         url = f"{self.base_url}/{phone_number_id}/messages"
         data = orjson.dumps(body)
-        status, payload = await self._request("POST", url, access_token, data, urgent=urgent, on_sent=on_sent)
+        status, payload = await self._request("POST", url, access_token, data, urgent=urgent, written=written)
         if status != 200:
             raise error_from_response(status, payload)
         try:
@@ -156,7 +162,7 @@ class CloudApiClient:
         data: bytes | None,
         *,
         urgent: bool = False,
-        on_sent: Callable[[], None] | None = None,
+        written: Written | None = None,
     ) -> tuple[int, Any]:
         """Return (status, parsed JSON or None); map transport failures to NotDelivered/Unconfirmed."""
         headers = {"Authorization": f"Bearer {access_token}", "Accept": "application/json"}
@@ -164,7 +170,7 @@ class CloudApiClient:
             headers["Content-Type"] = "application/json"
         try:
             pool = self._pool(urgent)
-            answer = await pool.exchange(method, request_target(url), headers, data, on_sent=on_sent)
+            answer = await pool.exchange(method, request_target(url), headers, data, written=written)
             status, raw = answer.status, answer.body
         except InvalidTarget:
             raise NotDelivered("Invalid WhatsApp Cloud API URL") from None

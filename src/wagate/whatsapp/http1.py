@@ -59,6 +59,17 @@ class Answer:
     peer: str | None  # the address the connection went to
 
 
+class Written:
+    """When a request was written to its connection (`time.monotonic()`), or None while it was not:
+    the caller passes one down and reads it once the exchange is over (the pacing counts a send from
+    that moment: from then on Meta may have it)."""
+
+    __slots__ = ("at",)
+
+    def __init__(self) -> None:
+        self.at: float | None = None
+
+
 # Resolves a host to the addresses a connection may go to, in the order to try them; raises OSError
 # when there is none (wagate.events.http drops every address that is not public).
 Resolver = Callable[[str, int], Awaitable[list[str]]]
@@ -165,7 +176,7 @@ class _Connection(asyncio.Protocol):
         self._fail(ExchangeFailed(f"no complete answer within {seconds:g} s"))
 
     async def exchange(
-        self, request: bytes, on_sent: Callable[[], None] | None, answer_within: float
+        self, request: bytes, written: Written | None, answer_within: float
     ) -> tuple[int, bytes, bool]:
         """The answer to `request`; ExchangeFailed (and the connection closed) when it is not all
         in within `answer_within` seconds. A timer of the loop's own rather than `asyncio.timeout`,
@@ -176,8 +187,9 @@ class _Connection(asyncio.Protocol):
         self.answer = loop.create_future()
         self.body, self.size = [], 0
         self.transport.write(request)
-        if on_sent is not None:
-            on_sent()  # handed to the kernel's socket buffer (or queued right behind it): Meta may have it
+        if written is not None:
+            # Handed to the kernel's socket buffer (or queued right behind it): Meta may have it.
+            written.at = time.monotonic()
         too_late = loop.call_later(answer_within, self._too_late, answer_within)
         try:
             return await self.answer
@@ -276,10 +288,10 @@ class Http1Pool:
         headers: dict[str, str],
         body: bytes | None = None,
         *,
-        on_sent: Callable[[], None] | None = None,
+        written: Written | None = None,
     ) -> Answer:
         """The answer to `method target`, with the address it came from; raises ConnectFailed or
-        ExchangeFailed."""
+        ExchangeFailed. `written`: told when the request was written."""
         if self.closed:
             raise ConnectFailed("the client is closed")
         request = self._encode(method, target, headers, body)
@@ -307,7 +319,7 @@ class Http1Pool:
                 except (OSError, ssl.SSLError) as exc:
                     raise ConnectFailed(f"{type(exc).__name__} ({exc})") from None
             self.busy.add(connection)
-            status, answer, keep = await connection.exchange(request, on_sent, self.timeout)
+            status, answer, keep = await connection.exchange(request, written, self.timeout)
             return Answer(status, answer, connection.peer)
         finally:
             if connection is not None:
