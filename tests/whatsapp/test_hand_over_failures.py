@@ -80,7 +80,9 @@ def waiting_apply(database_url: str, held: psycopg.Connection[Any]) -> int:
         "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
         " AND wait_event_type = 'Lock' AND pid <> %s"
     )
-    with psycopg.connect(plain_url(database_url)) as look:
+    # Autocommit: PostgreSQL takes one snapshot of pg_stat_activity per transaction, so polls in one
+    # transaction would all see the first (taken before the apply came to wait, on a loaded machine).
+    with psycopg.connect(plain_url(database_url), autocommit=True) as look:
 
         def waiters() -> list[int] | None:
             pids = [row[0] for row in look.execute(sql, (held.info.backend_pid,)).fetchall()]
