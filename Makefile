@@ -28,15 +28,15 @@ install: $(STAMP) $(TOOLS_STAMP)
 sandbox: $(STAMP)
 	$(BIN)/wagate serve --sandbox
 
-# The modules not marked `alone` first, then those that measure time, rates or memory, one at a time;
-# both parts always run. TEST_WORKERS=N runs the first part on N processes (pytest-xdist; each has its
-# own databases, simulator and ports): 4 took 14-16 min here instead of about 26, but on this 2-core
-# machine a few tests that wait seconds for a page or a race (a live notification, a deadlock) timed
-# out under that load, so the default, which CI runs, is one process.
-TEST_WORKERS ?= 0
+# The modules not marked `alone` first, then those that measure time, rates or memory; both parts
+# always run, each on several processes (pytest-xdist, whole modules per process: each has its own
+# databases, simulator and ports). Three for each part take about 8.5 and 4.5 minutes on this 2-core
+# machine (CONTRIBUTING.md, "How long"); TEST_WORKERS=0 and ALONE_WORKERS=0 run them in this process.
+TEST_WORKERS ?= 3
+ALONE_WORKERS ?= 3
 test: $(STAMP) $(TOOLS_STAMP)
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile -m "not alone"; parallel=$$?; \
-	$(BIN)/pytest -m alone; alone=$$?; \
+	$(BIN)/pytest -n $(ALONE_WORKERS) --dist loadfile -m alone; alone=$$?; \
 	exit $$(( parallel || alone ))
 
 # The inner loop: SQLite only, no browser, no process of its own, nothing marked slow (a few minutes).
