@@ -29,14 +29,15 @@ sandbox: $(STAMP)
 	$(BIN)/wagate serve --sandbox
 
 # The modules not marked `alone` first, then those that measure time, rates or memory; both parts
-# always run, each on several processes (pytest-xdist, whole modules per process: each has its own
-# databases, simulator and ports). Three for each part take about 8.5 and 4.5 minutes on this 2-core
-# machine (CONTRIBUTING.md, "How long"); TEST_WORKERS=0 and ALONE_WORKERS=0 run them in this process.
+# always run, each on three processes (pytest-xdist; each has its own databases, simulator and ports).
+# The first part gives each process whole modules (they share a gateway per module); the alone tests
+# start their own processes, so they are spread one by one. About 8.5-10 and 4 minutes on this
+# 2-core machine (CONTRIBUTING.md, "How long"); TEST_WORKERS=0 / ALONE_WORKERS=0 run a part in one.
 TEST_WORKERS ?= 3
 ALONE_WORKERS ?= 3
 test: $(STAMP) $(TOOLS_STAMP)
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile -m "not alone"; parallel=$$?; \
-	$(BIN)/pytest -n $(ALONE_WORKERS) --dist loadfile -m alone; alone=$$?; \
+	$(BIN)/pytest -n $(ALONE_WORKERS) --dist load -m alone; alone=$$?; \
 	exit $$(( parallel || alone ))
 
 # The inner loop: SQLite only, no browser, no process of its own, nothing marked slow (a few minutes).

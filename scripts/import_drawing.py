@@ -144,8 +144,11 @@ def walked_modules(walks_file: Path | None) -> tuple[list[str], str]:
     modules: list[str] = []
     counts: list[str] = []
     for number, walk in enumerate(json.loads(text)["walks"], 1):
-        files, climbs = len(walk["files"]), len(walk["climbs"])
-        counts.append(f"walk {number}, {walk['walk']}, {files} files ({walk['note']}) and {climbs} climbs")
+        files, climbs, path = len(walk["files"]), len(walk["climbs"]), walk["path"]
+        counts.append(
+            f"walk {number}, {walk['walk']}, {files} files entered ({walk['note']}) and {climbs} climbs;"
+            f" its path {len(path['files'])} files ({path['new']} new) and {len(path['climbs'])} climbs"
+        )
         for row in walk["files"]:
             parts = Path(row["file"]).with_suffix("").parts
             module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)

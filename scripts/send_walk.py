@@ -12,6 +12,11 @@ A climb is a call from a function of file A into one of file B whose layer is ab
 few climbs the design makes on purpose (`BY_DESIGN`, each with its reason) are listed apart.
 Beside every file entered, each walk names the files a reader follows: those whose functions call into
 another file of src/wagate on the walk (a leaf, such as core/ids.py, is entered but not followed).
+And each walk's *path*, the chain of calls a reader follows from one end to the other, in order: the
+files on the stack (src/wagate's frames) where the walk arrives. Walk 1 arrives twice: in the request's
+task when it hands its unit of work to `Database.write`, then on the writer thread when that unit
+calls `messages.repository.store_sends`, which inserts the outbox row. Walk 2 arrives in the lane's task
+when the request is written to Meta's connection (`_Connection.exchange`), from `FastClaim.started`.
 
     .venv/bin/python scripts/send_walk.py [--json]
 """
@@ -26,9 +31,10 @@ import logging
 import sys
 import tempfile
 import threading
-from collections.abc import Coroutine, Generator
+from collections.abc import Coroutine, Generator, Sequence
 from contextvars import Context
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from types import CodeType, FrameType
 from typing import Any
@@ -44,6 +50,7 @@ from wagate.core.db import Database
 from wagate.core.migrate import migrate
 from wagate.core.security import new_api_token
 from wagate.http.serving import guarded_protocol
+from wagate.messages.repository import store_sends
 from wagate.messages.send_fast import send_message_fast
 from wagate.ops.operations import run_provision
 from wagate.ops.sandbox import DEMO_PHONE_NUMBER_ID, DEMO_WABA_ID, demo_account
@@ -51,6 +58,7 @@ from wagate.outbox.models import FastClaim
 from wagate.simulator.app import create_simulator_app
 from wagate.simulator.config import SimulatorConfig
 from wagate.simulator.server import base_url_of, serve_in_background, start_in_thread
+from wagate.whatsapp.http1 import _Connection
 
 PACKAGE = f"{SOURCE / 'wagate'}/"
 SIMULATOR, WHATSAPP, CLIENT = f"{PACKAGE}simulator/", f"{PACKAGE}whatsapp/", f"{PACKAGE}whatsapp/client.py"
@@ -66,6 +74,10 @@ BY_DESIGN: dict[str, tuple[frozenset[str], str]] = {
     "wagate.core.units": (
         frozenset({"_run_alone", "_bound.<locals>.<lambda>", "Mergeable.__call__"}),
         "the group-commit writer runs the unit of work a service handed to Database.write",
+    ),
+    "wagate.outbox.fast_claims": (
+        frozenset({"SendRoom.send_now"}),
+        "the send stored claimed is handed to its channel's lane, which runs the call to Meta as a task",
     ),
 }
 
@@ -110,6 +122,9 @@ class Tracer:
         self.lane_callback = self.client_reached = False
         self.lane_start: int | None = None
         self.lane_end: int | None = None
+        # Each walk's path: the stacks where it arrives, outermost frame first (see the docstring).
+        self.request_path: list[str] = []
+        self.lane_path: list[str] = []
 
     def _context(self) -> Ctx | None:
         if threading.get_ident() == self.loop_thread:
@@ -175,11 +190,18 @@ class Tracer:
             self.units += [unit, getattr(unit, "item", unit)]  # a Mergeable's item runs merged
         if ctx is self.request and code is self.started and self.lane_start is None:
             self.started_frame, self.lane_start = frame, seq
+            self.lane_path = _stack_files(frame, innermost_only=True)
+        if ctx is self.request and code is Database.write.__code__ and not self.request_path:
+            self.request_path = _stack_files(frame)
+        if ctx in self.marks and ctx not in self.foreign and code is store_sends.__code__:
+            self.request_path += [f for f in _stack_files(frame) if f not in self.request_path]
         if ctx == "loop" and caller is None:  # a callback begins: on an object of the lane's task?
             this = frame.f_locals.get("self") if "self" in names else None
             lane = self.lane_start is not None and self.lane_end is None
             self.lane_callback = lane and any(this is o for o in self.lane_objects)
         in_lane = ctx in self.lane_tasks and self.lane_end is None
+        if in_lane and code is _Connection.exchange.__code__:
+            self.lane_path += [f for f in _stack_files(frame) if f not in self.lane_path]
         if in_lane and "self" in names:
             self.lane_objects.append(frame.f_locals["self"])
         if in_lane and code.co_filename == CLIENT:
@@ -192,6 +214,18 @@ class Tracer:
         lane = lane or (ctx == "loop" and self.lane_callback)
         batch = ctx in self.marks and ctx not in self.foreign
         self.calls.append(Call(seq, ctx, code, caller.f_code if caller else None, batch, lane))
+
+
+def _stack_files(frame: FrameType, *, innermost_only: bool = False) -> list[str]:
+    """The files of src/wagate on the stack down to `frame`, outermost first, each once (relative to
+    src/); with `innermost_only`, only `frame`'s."""
+    files: list[str] = []
+    at: FrameType | None = frame
+    while at is not None and not (innermost_only and at is not frame):
+        if _ours(at.f_code):
+            files.append(str(Path(at.f_code.co_filename).relative_to(SOURCE)))
+        at = at.f_back
+    return list(dict.fromkeys(reversed(files)))
 
 
 def _report(name: str, calls: list[Call], order: LayerOrder, graph: grimp.ImportGraph) -> dict[str, Any]:
@@ -300,7 +334,27 @@ def walks(tracer: Tracer) -> list[dict[str, Any]]:
     first["note"] = f"{sum(1 for f in first['files'] if f['first_call'] >= entry)} from send_message_fast"
     seen = {f["file"] for f in first["files"]}
     second["note"] = f"{sum(1 for f in second['files'] if f['file'] not in seen)} not in walk 1"
+    first["path"] = _path(tracer.request_path, order)
+    second["path"] = _path(tracer.lane_path, order, before=tracer.request_path)
     return [first, second]
+
+
+def _path(files: list[str], order: LayerOrder, before: Sequence[str] = ()) -> dict[str, Any]:
+    """A walk's path with each file's layer, the steps up a layer on it (by design or not) and how
+    many of its files a reader had not met on the path `before`."""
+    places = [order.place(module_of(str(SOURCE / file))) for file in files]
+    steps: list[dict[str, str]] = []
+    for (file, place), (next_file, next_place) in pairwise(zip(files, places, strict=True)):
+        if place and next_place and order.direction(place, next_place) is Direction.UP:
+            source = module_of(str(SOURCE / file))
+            why = BY_DESIGN[source][1] if source in BY_DESIGN else ""
+            steps.append({"from": file, "to": next_file, "why": why})
+    return {
+        "files": [{"file": f, "layer": p.label if p else "-"} for f, p in zip(files, places, strict=True)],
+        "new": sum(1 for file in files if file not in before),
+        "climbs": [step for step in steps if not step["why"]],
+        "by_design": [step for step in steps if step["why"]],
+    }
 
 
 def main() -> int:
@@ -325,6 +379,17 @@ def main() -> int:
             print(f"  climb ({climb['kind']}): {climb['from']}\n      -> {climb['to']}")
         for climb in by_design:
             print(f"  by design ({climb['why']}): {climb['from']}\n      -> {climb['to']}")
+        path = walk["path"]
+        print(
+            f"  path: {len(path['files'])} files ({path['new']} new), {len(path['climbs'])} climbs,"
+            f" {len(path['by_design'])} by design"
+        )
+        for index, row in enumerate(path["files"], 1):
+            print(f"    {index:2} {row['layer']:34} {row['file']}")
+        for step in path["climbs"]:
+            print(f"    climb: {step['from']} -> {step['to']}")
+        for step in path["by_design"]:
+            print(f"    by design ({step['why']}): {step['from']} -> {step['to']}")
     if tracer.lane_start is None:
         print("the send did not take the fast path (no FastClaim.started): walk 2 is empty", file=sys.stderr)
         return 1
