@@ -28,22 +28,24 @@ install: $(STAMP) $(TOOLS_STAMP)
 sandbox: $(STAMP)
 	$(BIN)/wagate serve --sandbox
 
-# The modules not marked `alone` first, then those that measure time, rates or memory; both parts
-# always run, each on three processes (pytest-xdist; each has its own databases, simulator and ports).
-# The first part gives each process whole modules (they share a gateway per module); the alone tests
-# start their own processes, so they are spread one by one. About 8.5-10 and 4 minutes on this
-# 2-core machine (CONTRIBUTING.md, "How long"); TEST_WORKERS=0 / ALONE_WORKERS=0 run a part in one.
+# The modules not marked `alone` first, then those that measure time, rates or memory, then the few
+# marked `solo` (races by fractions of a second) with nothing beside them; every part always runs. The
+# first two each on three processes (pytest-xdist; each has its own databases, simulator and ports):
+# the first gives each process whole modules (they share a gateway per module); the alone tests start
+# their own processes, so they are spread one by one. About 8.5-10 and 4 minutes on this 2-core
+# machine (CONTRIBUTING.md, "How long"); TEST_WORKERS=0 / ALONE_WORKERS=0 run a part in one.
 TEST_WORKERS ?= 3
 ALONE_WORKERS ?= 3
 test: $(STAMP) $(TOOLS_STAMP)
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile -m "not alone"; parallel=$$?; \
-	$(BIN)/pytest -n $(ALONE_WORKERS) --dist load -m alone; alone=$$?; \
-	exit $$(( parallel || alone ))
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile -m "not alone and not solo"; parallel=$$?; \
+	$(BIN)/pytest -n $(ALONE_WORKERS) --dist load -m "alone and not solo"; alone=$$?; \
+	$(BIN)/pytest -m solo; solo=$$?; \
+	exit $$(( parallel || alone || solo ))
 
 # The inner loop: SQLite only, no browser, no process of its own, nothing marked slow (a few minutes).
 FAST_WORKERS ?= 4
 test-fast: $(STAMP)
-	CI= $(BIN)/pytest -n $(FAST_WORKERS) --dist loadfile -m "not alone and not slow" -k "not postgresql"
+	CI= $(BIN)/pytest -n $(FAST_WORKERS) --dist loadfile -m "not alone and not solo and not slow" -k "not postgresql"
 
 # The generated-input tests of `make test`, twenty times as long (docs/reliability.md, "Bad input").
 fuzz: $(STAMP)
