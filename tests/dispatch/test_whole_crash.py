@@ -17,11 +17,11 @@ at most once; none is left in the outbox. A single send the dead held in flight 
 seconds on PostgreSQL, where an API process received Meta's webhooks all along: delivered by its
 status, or `failed` with `upstream_unconfirmed` when none came (DESIGN.md: never sent twice), so every
 OTP has its answer within SINGLES_LIMIT seconds of the new dispatcher running; nothing else fails. On
-SQLite the receiver died too, and they wait out their lease (35 s there: a grace of 20 s, still seven times
-RESUME_LIMIT and past the backlog, so that the whole test is not a minute of waiting). The batch's rows go exactly once.
-The clock is CLOCK_MONOTONIC, one for every process of the machine: the simulator stamps each send
-with it. The figures are printed (and recorded for
-the test summary: `make test` shows them).
+SQLite the receiver died too, and they wait out their lease (35 s there: a grace of 20 s, still seven
+times RESUME_LIMIT and past the backlog, so that the whole test is not a minute of waiting). The
+batch's rows go exactly once. The clock is CLOCK_MONOTONIC, one for every process of the machine: the
+simulator stamps each send with it. The figures are printed (and recorded for the test summary:
+`make test` shows them).
 """
 
 from __future__ import annotations
