@@ -29,7 +29,7 @@ sandbox: $(STAMP)
 	$(BIN)/wagate serve --sandbox
 
 # The modules not marked `alone` first, then those that measure time, rates or memory, then the few
-# marked `solo` (races by fractions of a second) with nothing beside them; every part always runs. The
+# marked `solo` (races by fractions of a second, the whole crash) with nothing beside them; every part runs. The
 # first two each on three processes (pytest-xdist; each has its own databases, simulator and ports):
 # the first gives each process whole modules (they share a gateway per module); the alone tests start
 # their own processes, so they are spread one by one. About 8.5-10 and 4 minutes on this 2-core

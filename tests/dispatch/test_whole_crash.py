@@ -7,8 +7,8 @@ deploy. Run as an operator would, on each database:
 A 400-recipient batch on a channel paced at 20/s and 300 single OTPs offered at 40/s across the kill;
 once the simulator has had some of them, every process that runs a dispatcher is SIGKILLed, and one new
 dispatcher is started (a `wagate worker` on PostgreSQL, a `wagate serve` on SQLite). With the default
-upstream timeout and grace period (a send's lease is 75 s; 35 s on SQLite), so that waiting out a dead
-owner's leases shows.
+upstream timeout and grace period (a send's lease is 75 s), so that waiting out a dead owner's leases
+shows.
 
 Then: the first send comes within RESUME_LIMIT seconds of the new dispatcher running (ready); while the
 backlog lasts the channel sends at its rate (at least RATE_SHARE of it); no 1 s window holds more than
@@ -17,11 +17,10 @@ at most once; none is left in the outbox. A single send the dead held in flight 
 seconds on PostgreSQL, where an API process received Meta's webhooks all along: delivered by its
 status, or `failed` with `upstream_unconfirmed` when none came (DESIGN.md: never sent twice), so every
 OTP has its answer within SINGLES_LIMIT seconds of the new dispatcher running; nothing else fails. On
-SQLite the receiver died too, and they wait out their lease (35 s there: a grace of 20 s, still seven
-times RESUME_LIMIT and past the backlog, so that the whole test is not a minute of waiting). The
-batch's rows go exactly once. The clock is CLOCK_MONOTONIC, one for every process of the machine: the
-simulator stamps each send with it. The figures are printed (and recorded for the test summary:
-`make test` shows them).
+SQLite the receiver died too, and they wait out their lease (75 s). The batch's rows go exactly once.
+The clock is CLOCK_MONOTONIC, one for every process of the machine: the simulator stamps each send
+with it. The figures are printed (and recorded for
+the test summary: `make test` shows them).
 """
 
 from __future__ import annotations
@@ -54,7 +53,10 @@ from support.gateway_process import (
 )
 from support.harness import ADMIN_TOKEN, Simulator, new_number, provision_file, wait_for
 
-pytestmark = pytest.mark.alone  # measures the time to resume and the rate
+# Measures the time to resume and the rate: solo, with nothing beside it (beside two other alone
+# tests, with a 35 s lease on SQLite, 20 of its 300 single sends once stayed `sent` for 240 s without
+# their statuses: not understood yet, and not seen when it runs on its own).
+pytestmark = pytest.mark.solo
 
 RATE = 20
 BATCH = 400
@@ -68,7 +70,11 @@ RATE_SHARE = 0.9
 OTP = {"name": "otp_code", "language": "en", "parameters": ["123456"]}
 HEADERS = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
 # The defaults, not the short ones of the other process tests: a dead owner's lease is then 75 s.
-GRACE = {"postgresql": 60, "sqlite": 20}
+GRACE = 60
+DEFAULT_TIMEOUTS = {
+    "WAGATE_UPSTREAM_TIMEOUT_SECONDS": "15",
+    "WAGATE_UNCONFIRMED_SEND_GRACE_SECONDS": str(GRACE),
+}
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -87,11 +93,7 @@ def world(
         spec = provision_file()
         spec["accounts"][0]["channels"].append(channel)
         provisioned = provision(database_url, simulator, tmp_path, spec)
-        timeouts = {
-            "WAGATE_UPSTREAM_TIMEOUT_SECONDS": "15",
-            "WAGATE_UNCONFIRMED_SEND_GRACE_SECONDS": str(GRACE[backend]),
-        }
-        env = gateway_env(database_url, simulator) | timeouts | {"WAGATE_LOG_LEVEL": "warning"}
+        env = gateway_env(database_url, simulator) | DEFAULT_TIMEOUTS | {"WAGATE_LOG_LEVEL": "warning"}
         yield database_url, simulator, channel, env, provisioned.channels["Paced"]
 
 
