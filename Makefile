@@ -31,7 +31,7 @@ sandbox: $(STAMP)
 # The modules not marked `alone` first, on three processes (pytest-xdist, whole modules per process:
 # each has its own databases, simulator and ports), then those that measure time, rates or memory,
 # one at a time, then the few marked `solo` (races by fractions of a second, the whole crash); every
-# part runs. About 9-10, 8 and 2 minutes on this 2-core machine (CONTRIBUTING.md, "How long").
+# part runs. About 10, 8 and 2.5 minutes on this 2-core machine (CONTRIBUTING.md, "How long").
 # ALONE_WORKERS=3 spreads the alone tier over three (about 4 minutes instead of 8), but on this
 # machine their races then failed about once a run (a lock wait, a kill's aftermath), so CI runs one.
 TEST_WORKERS ?= 3
